@@ -1,0 +1,1 @@
+"""Pure RL math: GAE, PPO losses, KL estimators, advantage estimators."""

@@ -1,0 +1,118 @@
+"""The `config.rl` section as frozen, self-validating dataclasses.
+
+Defaults live in `configs/common.py` only; this module converts and checks.
+A wrong value raises `ValueError` naming the field and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from codeagent_rl.rl import advantages
+from codeagent_rl.rl import kl
+from codeagent_rl.rl import losses
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOLossConfig:
+  """Validated `config.rl.loss` section (see `losses.ppo_policy_loss`)."""
+
+  eps_low: float
+  eps_high: float
+  dual_clip: float | None
+  value_clip: float | None
+  value_coef: float
+  entropy_coef: float
+  agg_mode: str
+  norm_length: float | None
+
+  def __post_init__(self):
+    if not 0.0 < self.eps_low < 1.0:
+      raise ValueError(f"rl.loss.eps_low={self.eps_low}: must be in (0, 1).")
+    if not self.eps_high > 0.0:
+      raise ValueError(f"rl.loss.eps_high={self.eps_high}: must be > 0.")
+    if self.dual_clip is not None and self.dual_clip <= 1.0:
+      raise ValueError(
+          f"rl.loss.dual_clip={self.dual_clip}: must be > 1 or None."
+      )
+    if self.value_clip is not None and self.value_clip <= 0.0:
+      raise ValueError(
+          f"rl.loss.value_clip={self.value_clip}: must be > 0 or None."
+      )
+    for name in ("value_coef", "entropy_coef"):
+      if getattr(self, name) < 0.0:
+        raise ValueError(f"rl.loss.{name}={getattr(self, name)}: must be >= 0.")
+    if self.agg_mode not in losses.AGG_MODES:
+      raise ValueError(
+          f"rl.loss.agg_mode={self.agg_mode!r}: expected one of"
+          f" {losses.AGG_MODES}."
+      )
+    if self.agg_mode == "seq_mean_token_sum_norm" and (
+        self.norm_length is None or self.norm_length <= 0
+    ):
+      raise ValueError(
+          f"rl.loss.norm_length={self.norm_length}: agg_mode"
+          " 'seq_mean_token_sum_norm' needs a positive constant (e.g. the"
+          " maximum response length)."
+      )
+
+
+@dataclasses.dataclass(frozen=True)
+class KLConfig:
+  """Validated `config.rl.kl` section (see `kl.py`)."""
+
+  coef: float
+  placement: str
+  estimator: str
+
+  def __post_init__(self):
+    if self.coef < 0.0:
+      raise ValueError(f"rl.kl.coef={self.coef}: must be >= 0.")
+    if self.placement not in ("reward", "loss"):
+      raise ValueError(
+          f"rl.kl.placement={self.placement!r}: expected 'reward' or 'loss'."
+      )
+    if self.estimator not in kl.KL_ESTIMATORS:
+      raise ValueError(
+          f"rl.kl.estimator={self.estimator!r}: expected one of"
+          f" {sorted(kl.KL_ESTIMATORS)}."
+      )
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+  """The whole validated `config.rl` section."""
+
+  advantage: advantages.AdvantageConfig
+  loss: PPOLossConfig
+  kl: KLConfig
+
+  @classmethod
+  def from_config(cls, section: Any) -> RLConfig:
+    """Builds from an `ml_collections.ConfigDict` (or nested dicts).
+
+    Raises:
+      ValueError: a field is missing, unknown or has a bad value.
+    """
+    return cls(
+        advantage=_build(advantages.AdvantageConfig, section, "advantage"),
+        loss=_build(PPOLossConfig, section, "loss"),
+        kl=_build(KLConfig, section, "kl"),
+    )
+
+
+def _build(cls, section: Any, name: str):
+  """Instantiates `cls` from `section[name]`, naming stray or missing keys."""
+  if name not in section:
+    raise ValueError(f"config.rl has no section {name!r}.")
+  fields = dict(section[name])
+  expected = {f.name for f in dataclasses.fields(cls)}
+  unknown = sorted(set(fields) - expected)
+  missing = sorted(expected - set(fields))
+  if unknown or missing:
+    raise ValueError(
+        f"config.rl.{name}: unknown fields {unknown}, missing fields"
+        f" {missing}."
+    )
+  return cls(**fields)

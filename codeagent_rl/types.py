@@ -1,0 +1,156 @@
+"""Pytrees that cross module boundaries.
+
+Shapes use `B` for trajectories and `T` for token positions; `F` is the number
+of stage-1 rule flags. Every type is a `flax.struct.dataclass`, so it can be
+passed through `jax.jit`, sharded and checkpointed as it is.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import chex
+from flax import struct
+import jax
+import jax.numpy as jnp
+
+
+class JobStatus(enum.IntEnum):
+  """Outcome of one sandbox job, stored as an int in `Rewards.status`."""
+
+  OK = 0
+  TIMEOUT = 1
+  MEMORY = 2
+  OUTPUT_LIMIT = 3
+  CRASH = 4
+  SANDBOX_ERROR = 5
+  # Not sent to the sandbox: stage 1 vetoed it, or no code was submitted.
+  NOT_EXECUTED = 6
+
+
+@struct.dataclass
+class TrajectoryBatch:
+  """A padded batch of multi-turn trajectories, one row per trajectory.
+
+  Attributes:
+    tokens: [B, T] int32 token ids (prompt, actions, observations, padding).
+    trainable: [B, T] bool, True where the policy produced the token. Prompt,
+      observation and padding tokens are False: they are not MDP steps.
+    valid: [B, T] bool, True where the token is not padding.
+    turn: [B, T] int32 turn index of each token (0 for the prompt).
+    length: [B] int32 number of valid tokens.
+    truncated: [B] bool, True when a budget stopped the episode rather than a
+      `<submit>` action.
+    bootstrap_value: [B] float32 critic value where a truncated trajectory
+      stopped; 0 otherwise.
+    group_id: [B] int32 id of the prompt the trajectory was sampled for;
+      group-relative baselines (GRPO, RLOO) normalise within a group.
+  """
+
+  tokens: jax.Array
+  trainable: jax.Array
+  valid: jax.Array
+  turn: jax.Array
+  length: jax.Array
+  truncated: jax.Array
+  bootstrap_value: jax.Array
+  group_id: jax.Array
+
+  @property
+  def shape(self) -> tuple[int, int]:
+    """(B, T)."""
+    return self.tokens.shape
+
+  def check(self) -> None:
+    """Raises AssertionError when shapes or dtypes disagree with the contract."""
+    b, t = self.tokens.shape
+    chex.assert_shape([self.trainable, self.valid, self.turn], (b, t))
+    chex.assert_shape(
+        [self.length, self.truncated, self.bootstrap_value, self.group_id], (b,)
+    )
+    chex.assert_type([self.trainable, self.valid, self.truncated], bool)
+    chex.assert_type([self.tokens, self.turn, self.length, self.group_id], int)
+    chex.assert_type(self.bootstrap_value, float)
+
+
+@struct.dataclass
+class Rewards:
+  """Per-trajectory reward components; anti-cheat stages map it to itself.
+
+  Attributes:
+    suite_a: [B] float32 pass fraction of the hidden tests (suite A).
+    suite_b: [B] float32 pass fraction of the held-out tests (suite B).
+    executed: [B] bool, True when the submission ran in the sandbox.
+    status: [B] int32 `JobStatus` of the submission's job.
+    stage1_score: [B] float32 stage-1 classifier probability of cheating.
+    stage1_flags: [B, F] bool stage-1 rule flags.
+    stage2_ok: [B] bool, True when the held-out suite gate passed.
+    total: [B] float32 the scalar reward RL optimises.
+  """
+
+  suite_a: jax.Array
+  suite_b: jax.Array
+  executed: jax.Array
+  status: jax.Array
+  stage1_score: jax.Array
+  stage1_flags: jax.Array
+  stage2_ok: jax.Array
+  total: jax.Array
+
+  @classmethod
+  def from_suites(
+      cls,
+      suite_a: jax.Array,
+      suite_b: jax.Array,
+      executed: jax.Array,
+      status: jax.Array,
+      num_flags: int,
+  ) -> Rewards:
+    """Rewards before anti-cheat: no flags, stage 2 open, total = suite A.
+
+    Args:
+      suite_a: [B] pass fraction on suite A.
+      suite_b: [B] pass fraction on suite B.
+      executed: [B] bool.
+      status: [B] int `JobStatus` codes.
+      num_flags: F, the number of stage-1 rule flags.
+
+    Returns:
+      A `Rewards` whose `total` is `suite_a`.
+    """
+    suite_a = jnp.asarray(suite_a, jnp.float32)
+    (b,) = suite_a.shape
+    return cls(
+        suite_a=suite_a,
+        suite_b=jnp.asarray(suite_b, jnp.float32),
+        executed=jnp.asarray(executed, bool),
+        status=jnp.asarray(status, jnp.int32),
+        stage1_score=jnp.zeros((b,), jnp.float32),
+        stage1_flags=jnp.zeros((b, num_flags), bool),
+        stage2_ok=jnp.ones((b,), bool),
+        total=suite_a,
+    )
+
+  def check(self) -> None:
+    """Raises AssertionError when shapes or dtypes disagree with the contract."""
+    (b,) = self.suite_a.shape
+    chex.assert_shape(
+        [
+            self.suite_b,
+            self.executed,
+            self.status,
+            self.stage1_score,
+            self.stage2_ok,
+            self.total,
+        ],
+        (b,),
+    )
+    chex.assert_rank(self.stage1_flags, 2)
+    chex.assert_axis_dimension(self.stage1_flags, 0, b)
+    chex.assert_type(
+        [self.suite_a, self.suite_b, self.stage1_score, self.total], float
+    )
+    chex.assert_type(
+        [self.executed, self.stage1_flags, self.stage2_ok], bool
+    )
+    chex.assert_type(self.status, int)

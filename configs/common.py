@@ -1,0 +1,65 @@
+"""Config sections shared by every experiment; the only home of their defaults.
+
+Experiment files in `configs/` build on these and override single fields.
+"""
+
+import ml_collections
+
+
+def get_rl_config() -> ml_collections.ConfigDict:
+  """The `rl` section: advantage estimation, PPO losses, KL to the reference."""
+  rl = ml_collections.ConfigDict()
+
+  rl.advantage = ml_collections.ConfigDict()
+  # "gae" (critic; the recipe) or a critic-free baseline: "grpo", "dr_grpo",
+  # "rloo" (see codeagent_rl/rl/advantages.py).
+  rl.advantage.estimator = "gae"
+  # Discount per MDP step (trainable token). 1.0: the reward is the terminal
+  # test outcome and episodes are finite (as in RLHF-style PPO, Ouyang 2022).
+  rl.advantage.gamma = 1.0
+  # GAE lambda. 0.95 (Schulman 2016) trades the critic's bias for variance;
+  # 1.0 is the Monte-Carlo return minus the baseline.
+  rl.advantage.lam = 0.95
+  # "scan" or "associative": identical results. benchmarks/gae_bench.py on
+  # 2 CPU cores measured scan faster at every size it tries (see
+  # benchmarks/results/gae_bench.json); the associative form only pays off
+  # where parallel depth matters (long rows on an accelerator).
+  rl.advantage.gae_method = "scan"
+  # Added to the group std of "grpo" (DeepSeekMath uses 1e-4 .. 1e-6).
+  rl.advantage.group_eps = 1e-6
+  # Whiten advantages over the batch's trainable tokens (common in PPO for
+  # LMs, e.g. the TRL/OpenRLHF defaults).
+  rl.advantage.whiten = True
+
+  rl.loss = ml_collections.ConfigDict()
+  # Lower/upper clip range of the ratio; 0.2 (Schulman 2017). Raising
+  # eps_high alone ("clip-higher", DAPO 0.28) keeps exploration alive.
+  rl.loss.eps_low = 0.2
+  rl.loss.eps_high = 0.2
+  # Dual-clip constant c > 1 (Ye 2020 uses 3), or None to disable.
+  rl.loss.dual_clip = 3.0
+  # Clip range of the value loss around the old value, or None; 0.2 as in
+  # most PPO-for-LM implementations. Scale-dependent: rewards here are in
+  # [0, 1].
+  rl.loss.value_clip = 0.2
+  # Weight of the value loss when actor and critic losses are summed for
+  # logging; the critic has its own optimiser, so this scales its gradient.
+  rl.loss.value_coef = 1.0
+  # Entropy bonus weight; 0 as in most LM PPO recipes.
+  rl.loss.entropy_coef = 0.0
+  # "token_mean" (verl default), "seq_mean_token_mean" or
+  # "seq_mean_token_sum_norm" (Dr.GRPO); see codeagent_rl/rl/losses.py.
+  rl.loss.agg_mode = "token_mean"
+  # Constant divisor of "seq_mean_token_sum_norm" (max response tokens), or
+  # None when that mode is not used.
+  rl.loss.norm_length = None
+
+  rl.kl = ml_collections.ConfigDict()
+  # KL(policy || SFT reference) coefficient; InstructGPT used 0.02.
+  rl.kl.coef = 0.02
+  # "reward": per-token penalty in the reward (k1 default); "loss": a loss
+  # term (k3 default).
+  rl.kl.placement = "reward"
+  # "k1", "k2" or "k3" (Schulman 2020). Use "k3" with placement="loss".
+  rl.kl.estimator = "k1"
+  return rl
