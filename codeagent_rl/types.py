@@ -62,11 +62,11 @@ class TrajectoryBatch:
     return self.tokens.shape
 
   def check(self) -> None:
-    """Raises AssertionError when shapes or dtypes disagree with the contract."""
+    """Raises AssertionError when shapes or dtypes break the contract."""
     b, t = self.tokens.shape
     chex.assert_shape([self.trainable, self.valid, self.turn], (b, t))
     chex.assert_shape(
-        [self.length, self.truncated, self.bootstrap_value, self.group_id], (b,)
+      [self.length, self.truncated, self.bootstrap_value, self.group_id], (b,)
     )
     chex.assert_type([self.trainable, self.valid, self.truncated], bool)
     chex.assert_type([self.tokens, self.turn, self.length, self.group_id], int)
@@ -99,12 +99,12 @@ class Rewards:
 
   @classmethod
   def from_suites(
-      cls,
-      suite_a: jax.Array,
-      suite_b: jax.Array,
-      executed: jax.Array,
-      status: jax.Array,
-      num_flags: int,
+    cls,
+    suite_a: jax.Array,
+    suite_b: jax.Array,
+    executed: jax.Array,
+    status: jax.Array,
+    num_flags: int,
   ) -> Rewards:
     """Rewards before anti-cheat: no flags, stage 2 open, total = suite A.
 
@@ -121,36 +121,34 @@ class Rewards:
     suite_a = jnp.asarray(suite_a, jnp.float32)
     (b,) = suite_a.shape
     return cls(
-        suite_a=suite_a,
-        suite_b=jnp.asarray(suite_b, jnp.float32),
-        executed=jnp.asarray(executed, bool),
-        status=jnp.asarray(status, jnp.int32),
-        stage1_score=jnp.zeros((b,), jnp.float32),
-        stage1_flags=jnp.zeros((b, num_flags), bool),
-        stage2_ok=jnp.ones((b,), bool),
-        total=suite_a,
+      suite_a=suite_a,
+      suite_b=jnp.asarray(suite_b, jnp.float32),
+      executed=jnp.asarray(executed, bool),
+      status=jnp.asarray(status, jnp.int32),
+      stage1_score=jnp.zeros((b,), jnp.float32),
+      stage1_flags=jnp.zeros((b, num_flags), bool),
+      stage2_ok=jnp.ones((b,), bool),
+      total=suite_a,
     )
 
   def check(self) -> None:
-    """Raises AssertionError when shapes or dtypes disagree with the contract."""
+    """Raises AssertionError when shapes or dtypes break the contract."""
     (b,) = self.suite_a.shape
     chex.assert_shape(
-        [
-            self.suite_b,
-            self.executed,
-            self.status,
-            self.stage1_score,
-            self.stage2_ok,
-            self.total,
-        ],
-        (b,),
+      [
+        self.suite_b,
+        self.executed,
+        self.status,
+        self.stage1_score,
+        self.stage2_ok,
+        self.total,
+      ],
+      (b,),
     )
     chex.assert_rank(self.stage1_flags, 2)
     chex.assert_axis_dimension(self.stage1_flags, 0, b)
     chex.assert_type(
-        [self.suite_a, self.suite_b, self.stage1_score, self.total], float
+      [self.suite_a, self.suite_b, self.stage1_score, self.total], float
     )
-    chex.assert_type(
-        [self.executed, self.stage1_flags, self.stage2_ok], bool
-    )
+    chex.assert_type([self.executed, self.stage1_flags, self.stage2_ok], bool)
     chex.assert_type(self.status, int)

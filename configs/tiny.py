@@ -17,8 +17,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   preset = arg or "default"
   if preset not in ("default", "smoke"):
     raise ValueError(
-        f"configs/tiny.py: unknown preset {preset!r}; expected 'default' or"
-        " 'smoke'."
+      f"configs/tiny.py: unknown preset {preset!r}; expected 'default' or"
+      " 'smoke'."
     )
   config = ml_collections.ConfigDict()
   # Name of the preset, recorded in logs.

@@ -66,8 +66,8 @@ class AdvantageConfig:
   def __post_init__(self):
     if self.estimator not in ADVANTAGE_ESTIMATORS:
       raise ValueError(
-          f"advantage.estimator={self.estimator!r}: expected one of"
-          f" {sorted(ADVANTAGE_ESTIMATORS)}."
+        f"advantage.estimator={self.estimator!r}: expected one of"
+        f" {sorted(ADVANTAGE_ESTIMATORS)}."
       )
     if not 0.0 <= self.gamma <= 1.0:
       raise ValueError(f"advantage.gamma={self.gamma}: must be in [0, 1].")
@@ -75,8 +75,8 @@ class AdvantageConfig:
       raise ValueError(f"advantage.lam={self.lam}: must be in [0, 1].")
     if self.gae_method not in gae.GAE_METHODS:
       raise ValueError(
-          f"advantage.gae_method={self.gae_method!r}: expected one of"
-          f" {sorted(gae.GAE_METHODS)}."
+        f"advantage.gae_method={self.gae_method!r}: expected one of"
+        f" {sorted(gae.GAE_METHODS)}."
       )
     if self.group_eps <= 0.0:
       raise ValueError(f"advantage.group_eps={self.group_eps}: must be > 0.")
@@ -84,14 +84,14 @@ class AdvantageConfig:
 
 def _gae(inputs: AdvantageInputs, cfg: AdvantageConfig):
   return gae.compute_gae(
-      inputs.rewards,
-      inputs.values,
-      inputs.trainable,
-      gamma=cfg.gamma,
-      lam=cfg.lam,
-      truncated=inputs.truncated,
-      bootstrap_value=inputs.bootstrap_value,
-      method=cfg.gae_method,
+    inputs.rewards,
+    inputs.values,
+    inputs.trainable,
+    gamma=cfg.gamma,
+    lam=cfg.lam,
+    truncated=inputs.truncated,
+    bootstrap_value=inputs.bootstrap_value,
+    method=cfg.gae_method,
   )
 
 
@@ -130,7 +130,7 @@ def _grpo(inputs: AdvantageInputs, cfg: AdvantageConfig):
 
 
 def _dr_grpo(inputs: AdvantageInputs, cfg: AdvantageConfig):
-  """s - mean_g (no std division: Dr.GRPO)."""
+  """Score minus the group mean (Dr.GRPO: no division by the std)."""
   del cfg
   scores = _trajectory_scores(inputs)
   count, total, _ = _group_stats(scores, inputs.group_id)
@@ -138,7 +138,7 @@ def _dr_grpo(inputs: AdvantageInputs, cfg: AdvantageConfig):
 
 
 def _rloo(inputs: AdvantageInputs, cfg: AdvantageConfig):
-  """s - mean of the other rows of the group; 0 for a singleton group."""
+  """Score minus the mean of the group's other rows; 0 when alone."""
   del cfg
   scores = _trajectory_scores(inputs)
   count, total, _ = _group_stats(scores, inputs.group_id)
@@ -147,15 +147,15 @@ def _rloo(inputs: AdvantageInputs, cfg: AdvantageConfig):
 
 
 ADVANTAGE_ESTIMATORS = {
-    "gae": _gae,
-    "grpo": _grpo,
-    "dr_grpo": _dr_grpo,
-    "rloo": _rloo,
+  "gae": _gae,
+  "grpo": _grpo,
+  "dr_grpo": _dr_grpo,
+  "rloo": _rloo,
 }
 
 
 def masked_whiten(
-    x: jax.Array, mask: jax.Array, *, shift_mean: bool = True, eps=1e-8
+  x: jax.Array, mask: jax.Array, *, shift_mean: bool = True, eps=1e-8
 ) -> jax.Array:
   """Whitens [B, T] `x` with mean and std over `mask`; 0 off the mask.
 
@@ -179,7 +179,7 @@ def masked_whiten(
 
 
 def compute_advantages(
-    inputs: AdvantageInputs, cfg: AdvantageConfig
+  inputs: AdvantageInputs, cfg: AdvantageConfig
 ) -> tuple[jax.Array, jax.Array]:
   """Runs the configured estimator, then optional whitening.
 
@@ -194,8 +194,8 @@ def compute_advantages(
   chex.assert_rank([inputs.rewards, inputs.values, inputs.trainable], 2)
   chex.assert_equal_shape([inputs.rewards, inputs.values, inputs.trainable])
   chex.assert_shape(
-      [inputs.truncated, inputs.bootstrap_value, inputs.group_id],
-      inputs.rewards.shape[:1],
+    [inputs.truncated, inputs.bootstrap_value, inputs.group_id],
+    inputs.rewards.shape[:1],
   )
   advantages, returns = ADVANTAGE_ESTIMATORS[cfg.estimator](inputs, cfg)
   if cfg.whiten:

@@ -34,27 +34,27 @@ class PPOLossConfig:
       raise ValueError(f"rl.loss.eps_high={self.eps_high}: must be > 0.")
     if self.dual_clip is not None and self.dual_clip <= 1.0:
       raise ValueError(
-          f"rl.loss.dual_clip={self.dual_clip}: must be > 1 or None."
+        f"rl.loss.dual_clip={self.dual_clip}: must be > 1 or None."
       )
     if self.value_clip is not None and self.value_clip <= 0.0:
       raise ValueError(
-          f"rl.loss.value_clip={self.value_clip}: must be > 0 or None."
+        f"rl.loss.value_clip={self.value_clip}: must be > 0 or None."
       )
     for name in ("value_coef", "entropy_coef"):
       if getattr(self, name) < 0.0:
         raise ValueError(f"rl.loss.{name}={getattr(self, name)}: must be >= 0.")
     if self.agg_mode not in losses.AGG_MODES:
       raise ValueError(
-          f"rl.loss.agg_mode={self.agg_mode!r}: expected one of"
-          f" {losses.AGG_MODES}."
+        f"rl.loss.agg_mode={self.agg_mode!r}: expected one of"
+        f" {losses.AGG_MODES}."
       )
     if self.agg_mode == "seq_mean_token_sum_norm" and (
-        self.norm_length is None or self.norm_length <= 0
+      self.norm_length is None or self.norm_length <= 0
     ):
       raise ValueError(
-          f"rl.loss.norm_length={self.norm_length}: agg_mode"
-          " 'seq_mean_token_sum_norm' needs a positive constant (e.g. the"
-          " maximum response length)."
+        f"rl.loss.norm_length={self.norm_length}: agg_mode"
+        " 'seq_mean_token_sum_norm' needs a positive constant (e.g. the"
+        " maximum response length)."
       )
 
 
@@ -71,12 +71,12 @@ class KLConfig:
       raise ValueError(f"rl.kl.coef={self.coef}: must be >= 0.")
     if self.placement not in ("reward", "loss"):
       raise ValueError(
-          f"rl.kl.placement={self.placement!r}: expected 'reward' or 'loss'."
+        f"rl.kl.placement={self.placement!r}: expected 'reward' or 'loss'."
       )
     if self.estimator not in kl.KL_ESTIMATORS:
       raise ValueError(
-          f"rl.kl.estimator={self.estimator!r}: expected one of"
-          f" {sorted(kl.KL_ESTIMATORS)}."
+        f"rl.kl.estimator={self.estimator!r}: expected one of"
+        f" {sorted(kl.KL_ESTIMATORS)}."
       )
 
 
@@ -96,9 +96,9 @@ class RLConfig:
       ValueError: a field is missing, unknown or has a bad value.
     """
     return cls(
-        advantage=_build(advantages.AdvantageConfig, section, "advantage"),
-        loss=_build(PPOLossConfig, section, "loss"),
-        kl=_build(KLConfig, section, "kl"),
+      advantage=_build(advantages.AdvantageConfig, section, "advantage"),
+      loss=_build(PPOLossConfig, section, "loss"),
+      kl=_build(KLConfig, section, "kl"),
     )
 
 
@@ -112,7 +112,6 @@ def _build(cls, section: Any, name: str):
   missing = sorted(expected - set(fields))
   if unknown or missing:
     raise ValueError(
-        f"config.rl.{name}: unknown fields {unknown}, missing fields"
-        f" {missing}."
+      f"config.rl.{name}: unknown fields {unknown}, missing fields {missing}."
     )
   return cls(**fields)

@@ -26,9 +26,7 @@ from jax import lax
 import jax.numpy as jnp
 
 
-def place_terminal_reward(
-    scores: jax.Array, trainable: jax.Array
-) -> jax.Array:
+def place_terminal_reward(scores: jax.Array, trainable: jax.Array) -> jax.Array:
   """Puts each row's score on its last trainable token.
 
   The score lands on the last token the policy produced, also when the row
@@ -53,9 +51,9 @@ def place_terminal_reward(
 
 
 def _terminal_value(
-    batch: int,
-    truncated: jax.Array | None,
-    bootstrap_value: jax.Array | None,
+  batch: int,
+  truncated: jax.Array | None,
+  bootstrap_value: jax.Array | None,
 ) -> jax.Array:
   """[B] value after the last trainable token: bootstrap where truncated."""
   if bootstrap_value is None:
@@ -63,16 +61,16 @@ def _terminal_value(
       # A truncated row with no value to bootstrap from would silently be
       # treated as terminal, which biases the critic on long trajectories.
       raise ValueError(
-          "compute_gae got `truncated` without `bootstrap_value`; pass the"
-          " critic value where each truncated trajectory stopped."
+        "compute_gae got `truncated` without `bootstrap_value`; pass the"
+        " critic value where each truncated trajectory stopped."
       )
     return jnp.zeros((batch,), jnp.float32)
   chex.assert_shape(bootstrap_value, (batch,))
   bootstrap_value = bootstrap_value.astype(jnp.float32)
   if truncated is None:
     raise ValueError(
-        "compute_gae got `bootstrap_value` without `truncated`; pass which"
-        " rows were stopped by a budget."
+      "compute_gae got `bootstrap_value` without `truncated`; pass which"
+      " rows were stopped by a budget."
     )
   chex.assert_shape(truncated, (batch,))
   return jnp.where(truncated.astype(bool), bootstrap_value, 0.0)
@@ -92,9 +90,7 @@ def _gae_scan(rewards, values, mask, terminal_value, gamma, lam):
   """[B, T] advantages by a reverse `lax.scan` over time."""
   step = functools.partial(_gae_scan_step, gamma=gamma, lam=lam)
   init = (terminal_value, jnp.zeros_like(terminal_value))
-  _, adv_tb = lax.scan(
-      step, init, (rewards.T, values.T, mask.T), reverse=True
-  )
+  _, adv_tb = lax.scan(step, init, (rewards.T, values.T, mask.T), reverse=True)
   return adv_tb.T
 
 
@@ -112,7 +108,7 @@ def _compose_affine(later, earlier):
 def _reverse_affine_scan(c, b, x_end):
   """Solves x_t = b_t + c_t * x_{t+1} along axis 1 with x_T = x_end ([B])."""
   c_acc, b_acc = lax.associative_scan(
-      _compose_affine, (c, b), reverse=True, axis=1
+    _compose_affine, (c, b), reverse=True, axis=1
   )
   return b_acc + c_acc * x_end[:, None]
 
@@ -121,10 +117,10 @@ def _gae_associative(rewards, values, mask, terminal_value, gamma, lam):
   """[B, T] advantages by two reverse associative scans over affine maps."""
   # y_t: value of the first trainable token at or after t (terminal if none).
   held_value = _reverse_affine_scan(
-      jnp.where(mask, 0.0, 1.0), jnp.where(mask, values, 0.0), terminal_value
+    jnp.where(mask, 0.0, 1.0), jnp.where(mask, values, 0.0), terminal_value
   )
   next_value = jnp.concatenate(
-      [held_value[:, 1:], terminal_value[:, None]], axis=1
+    [held_value[:, 1:], terminal_value[:, None]], axis=1
   )
   delta = jnp.where(mask, rewards + gamma * next_value - values, 0.0)
   decay = jnp.where(mask, gamma * lam, 1.0)
@@ -133,21 +129,21 @@ def _gae_associative(rewards, values, mask, terminal_value, gamma, lam):
 
 
 GAE_METHODS = {
-    "scan": _gae_scan,
-    "associative": _gae_associative,
+  "scan": _gae_scan,
+  "associative": _gae_associative,
 }
 
 
 def compute_gae(
-    rewards: jax.Array,
-    values: jax.Array,
-    trainable: jax.Array,
-    *,
-    gamma: float,
-    lam: float,
-    truncated: jax.Array | None = None,
-    bootstrap_value: jax.Array | None = None,
-    method: str = "scan",
+  rewards: jax.Array,
+  values: jax.Array,
+  trainable: jax.Array,
+  *,
+  gamma: float,
+  lam: float,
+  truncated: jax.Array | None = None,
+  bootstrap_value: jax.Array | None = None,
+  method: str = "scan",
 ) -> tuple[jax.Array, jax.Array]:
   """GAE advantages and value targets over trainable tokens.
 
@@ -172,8 +168,8 @@ def compute_gae(
   """
   if method not in GAE_METHODS:
     raise ValueError(
-        f"compute_gae: unknown method {method!r}; expected one of"
-        f" {sorted(GAE_METHODS)}."
+      f"compute_gae: unknown method {method!r}; expected one of"
+      f" {sorted(GAE_METHODS)}."
     )
   chex.assert_rank([rewards, values, trainable], 2)
   chex.assert_equal_shape([rewards, values, trainable])
@@ -181,11 +177,9 @@ def compute_gae(
   values = values.astype(jnp.float32)
   rewards = jnp.where(mask, rewards.astype(jnp.float32), 0.0)
   values = jnp.where(mask, values, 0.0)
-  terminal_value = _terminal_value(
-      mask.shape[0], truncated, bootstrap_value
-  )
+  terminal_value = _terminal_value(mask.shape[0], truncated, bootstrap_value)
   advantages = GAE_METHODS[method](
-      rewards, values, mask, terminal_value, gamma, lam
+    rewards, values, mask, terminal_value, gamma, lam
   )
   returns = jnp.where(mask, advantages + values, 0.0)
   return advantages, returns

@@ -39,7 +39,7 @@ KL_ESTIMATORS = {"k1": _k1, "k2": _k2, "k3": _k3}
 
 
 def kl_estimate(
-    logp: jax.Array, ref_logp: jax.Array, estimator: str
+  logp: jax.Array, ref_logp: jax.Array, estimator: str
 ) -> jax.Array:
   """Per-token estimate of KL(policy || reference).
 
@@ -53,8 +53,8 @@ def kl_estimate(
   """
   if estimator not in KL_ESTIMATORS:
     raise ValueError(
-        f"kl_estimate: unknown estimator {estimator!r}; expected one of"
-        f" {sorted(KL_ESTIMATORS)}."
+      f"kl_estimate: unknown estimator {estimator!r}; expected one of"
+      f" {sorted(KL_ESTIMATORS)}."
     )
   chex.assert_equal_shape([logp, ref_logp])
   log_r = ref_logp.astype(jnp.float32) - logp.astype(jnp.float32)
@@ -62,13 +62,13 @@ def kl_estimate(
 
 
 def kl_reward_penalty(
-    rewards: jax.Array,
-    logp: jax.Array,
-    ref_logp: jax.Array,
-    trainable: jax.Array,
-    *,
-    coef: float,
-    estimator: str = "k1",
+  rewards: jax.Array,
+  logp: jax.Array,
+  ref_logp: jax.Array,
+  trainable: jax.Array,
+  *,
+  coef: float,
+  estimator: str = "k1",
 ) -> tuple[jax.Array, jax.Array]:
   """Subtracts coef * KL from the reward of every trainable token.
 
@@ -91,14 +91,14 @@ def kl_reward_penalty(
 
 
 def kl_loss(
-    logp: jax.Array,
-    ref_logp: jax.Array,
-    mask: jax.Array,
-    *,
-    estimator: str = "k3",
-    agg_mode: str = "token_mean",
-    norm: losses.Normalizer | None = None,
-    norm_length: float | None = None,
+  logp: jax.Array,
+  ref_logp: jax.Array,
+  mask: jax.Array,
+  *,
+  estimator: str = "k3",
+  agg_mode: str = "token_mean",
+  norm: losses.Normalizer | None = None,
+  norm_length: float | None = None,
 ) -> jax.Array:
   """KL(policy || reference) as a loss term, aggregated like the PPO loss.
 
@@ -116,5 +116,5 @@ def kl_loss(
   """
   kl = kl_estimate(logp, jax.lax.stop_gradient(ref_logp), estimator)
   return losses.aggregate(
-      kl, mask, agg_mode, norm=norm, norm_length=norm_length
+    kl, mask, agg_mode, norm=norm, norm_length=norm_length
   )

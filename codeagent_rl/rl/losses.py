@@ -44,12 +44,12 @@ def normalizer_for(mask: jax.Array) -> Normalizer:
 
 
 def aggregate(
-    loss: jax.Array,
-    mask: jax.Array,
-    mode: str,
-    *,
-    norm: Normalizer | None = None,
-    norm_length: float | None = None,
+  loss: jax.Array,
+  mask: jax.Array,
+  mode: str,
+  *,
+  norm: Normalizer | None = None,
+  norm_length: float | None = None,
 ) -> jax.Array:
   """Reduces a [B, T] per-token loss to a scalar.
 
@@ -85,13 +85,13 @@ def aggregate(
   if mode == "seq_mean_token_sum_norm":
     if norm_length is None or norm_length <= 0:
       raise ValueError(
-          "aggregate: mode 'seq_mean_token_sum_norm' needs a positive"
-          f" norm_length, got {norm_length!r}."
+        "aggregate: mode 'seq_mean_token_sum_norm' needs a positive"
+        f" norm_length, got {norm_length!r}."
       )
     per_seq = jnp.sum(masked, axis=1) / norm_length
     return jnp.sum(per_seq) / norm.num_seqs
   raise ValueError(
-      f"aggregate: unknown mode {mode!r}; expected one of {AGG_MODES}."
+    f"aggregate: unknown mode {mode!r}; expected one of {AGG_MODES}."
   )
 
 
@@ -117,24 +117,24 @@ def token_log_probs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
 
 
 def entropy_from_logits(logits: jax.Array) -> jax.Array:
-  """[B, T] entropy of the categorical distribution given by [B, T, V] logits."""
+  """[B, T] entropy of the categoricals given by [B, T, V] logits."""
   logits = logits.astype(jnp.float32)
   logp = jax.nn.log_softmax(logits, axis=-1)
   return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
 
 def ppo_policy_loss(
-    logp: jax.Array,
-    old_logp: jax.Array,
-    advantages: jax.Array,
-    mask: jax.Array,
-    *,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float | None = None,
-    agg_mode: str = "token_mean",
-    norm: Normalizer | None = None,
-    norm_length: float | None = None,
+  logp: jax.Array,
+  old_logp: jax.Array,
+  advantages: jax.Array,
+  mask: jax.Array,
+  *,
+  eps_low: float,
+  eps_high: float,
+  dual_clip: float | None = None,
+  agg_mode: str = "token_mean",
+  norm: Normalizer | None = None,
+  norm_length: float | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Clipped surrogate policy loss.
 
@@ -163,7 +163,9 @@ def ppo_policy_loss(
   chex.assert_rank([logp, old_logp, advantages, mask], 2)
   chex.assert_equal_shape([logp, old_logp, advantages, mask])
   if dual_clip is not None and dual_clip <= 1.0:
-    raise ValueError(f"ppo_policy_loss: dual_clip must be > 1, got {dual_clip}.")
+    raise ValueError(
+      f"ppo_policy_loss: dual_clip must be > 1, got {dual_clip}."
+    )
   if norm is None:
     norm = normalizer_for(mask)
   advantages = jax.lax.stop_gradient(advantages.astype(jnp.float32))
@@ -177,31 +179,35 @@ def ppo_policy_loss(
   if dual_clip is not None:
     cap = -advantages * dual_clip
     dual_hit = (advantages < 0) & (per_token > cap)
-    per_token = jnp.where(advantages < 0, jnp.minimum(per_token, cap), per_token)
+    per_token = jnp.where(
+      advantages < 0, jnp.minimum(per_token, cap), per_token
+    )
   else:
     dual_hit = jnp.zeros_like(clip_hit)
-  loss = aggregate(per_token, mask, agg_mode, norm=norm, norm_length=norm_length)
+  loss = aggregate(
+    per_token, mask, agg_mode, norm=norm, norm_length=norm_length
+  )
   # k3 estimate of KL(old || new) from samples of the old policy.
   approx_kl = jnp.exp(-log_ratio) - 1.0 + log_ratio
   diagnostics = {
-      "clip_frac": token_mean(clip_hit.astype(jnp.float32), mask, norm),
-      "dual_clip_frac": token_mean(dual_hit.astype(jnp.float32), mask, norm),
-      "approx_kl": token_mean(jax.lax.stop_gradient(approx_kl), mask, norm),
-      "ratio_mean": token_mean(jax.lax.stop_gradient(ratio), mask, norm),
+    "clip_frac": token_mean(clip_hit.astype(jnp.float32), mask, norm),
+    "dual_clip_frac": token_mean(dual_hit.astype(jnp.float32), mask, norm),
+    "approx_kl": token_mean(jax.lax.stop_gradient(approx_kl), mask, norm),
+    "ratio_mean": token_mean(jax.lax.stop_gradient(ratio), mask, norm),
   }
   return loss, diagnostics
 
 
 def clipped_value_loss(
-    values: jax.Array,
-    old_values: jax.Array,
-    returns: jax.Array,
-    mask: jax.Array,
-    *,
-    clip_eps: float | None,
-    agg_mode: str = "token_mean",
-    norm: Normalizer | None = None,
-    norm_length: float | None = None,
+  values: jax.Array,
+  old_values: jax.Array,
+  returns: jax.Array,
+  mask: jax.Array,
+  *,
+  clip_eps: float | None,
+  agg_mode: str = "token_mean",
+  norm: Normalizer | None = None,
+  norm_length: float | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Clipped value loss 0.5 * max((v - R)^2, (v_clip - R)^2).
 
@@ -238,16 +244,18 @@ def clipped_value_loss(
     err_clipped = jnp.square(v_clip - returns)
     per_token = 0.5 * jnp.maximum(err_unclipped, err_clipped)
     clip_hit = err_clipped > err_unclipped
-  loss = aggregate(per_token, mask, agg_mode, norm=norm, norm_length=norm_length)
+  loss = aggregate(
+    per_token, mask, agg_mode, norm=norm, norm_length=norm_length
+  )
   diagnostics = {
-      "value_clip_frac": token_mean(clip_hit.astype(jnp.float32), mask, norm),
-      "value_mean": token_mean(jax.lax.stop_gradient(values), mask, norm),
+    "value_clip_frac": token_mean(clip_hit.astype(jnp.float32), mask, norm),
+    "value_mean": token_mean(jax.lax.stop_gradient(values), mask, norm),
   }
   return loss, diagnostics
 
 
 def explained_variance(
-    values: jax.Array, returns: jax.Array, mask: jax.Array
+  values: jax.Array, returns: jax.Array, mask: jax.Array
 ) -> jax.Array:
   """1 - Var[R - v] / Var[R] over trainable tokens (NaN-free: 0 if Var[R]=0).
 

@@ -60,14 +60,12 @@ def test_single_turn_hand_worked(method):
   rewards = np.array([[9.0, 0.0, 0.0, 1.0, 9.0]], np.float32)
   values = np.array([[9.0, 0.5, 0.25, 0.5, 9.0]], np.float32)
   adv, ret = compute_gae(
-      rewards, values, trainable, gamma=0.5, lam=0.5, method=method
+    rewards, values, trainable, gamma=0.5, lam=0.5, method=method
   )
   # d3 = 1 + 0 - 0.5 = 0.5;        A3 = 0.5
   # d2 = 0 + 0.5*0.5 - 0.25 = 0;   A2 = 0 + 0.25*0.5 = 0.125
   # d1 = 0 + 0.5*0.25 - 0.5 = -0.375; A1 = -0.375 + 0.25*0.125 = -0.34375
-  np.testing.assert_allclose(
-      adv, [[0.0, -0.34375, 0.125, 0.5, 0.0]], atol=1e-6
-  )
+  np.testing.assert_allclose(adv, [[0.0, -0.34375, 0.125, 0.5, 0.0]], atol=1e-6)
   np.testing.assert_allclose(ret, [[0.0, 0.15625, 0.375, 1.0, 0.0]], atol=1e-6)
 
 
@@ -80,12 +78,12 @@ def test_two_turns_with_observation_between(method):
   # Observation values are garbage on purpose; they must be skipped.
   values = np.array([[0.2, 0.4, 100.0, -100.0, 0.8, 55.0]], np.float32)
   adv, _ = compute_gae(
-      rewards, values, trainable, gamma=1.0, lam=1.0, method=method
+    rewards, values, trainable, gamma=1.0, lam=1.0, method=method
   )
   # gamma = lam = 1: A_t = R - V_t with R = 1 for every trainable token.
   np.testing.assert_allclose(adv, [[0.8, 0.6, 0, 0, 0.2, 0]], atol=1e-6)
   adv, _ = compute_gae(
-      rewards, values, trainable, gamma=1.0, lam=0.0, method=method
+    rewards, values, trainable, gamma=1.0, lam=0.0, method=method
   )
   # lam = 0: one-step TD errors, next value taken across the observation.
   # pos4: 1 - 0.8; pos1: 0.8 - 0.4 (value of pos4, not of pos2); pos0: 0.2.
@@ -98,14 +96,14 @@ def test_truncated_bootstraps(method):
   rewards = np.zeros((2, 3), np.float32)
   values = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]], np.float32)
   adv, ret = compute_gae(
-      rewards,
-      values,
-      trainable,
-      gamma=0.9,
-      lam=1.0,
-      truncated=np.array([True, False]),
-      bootstrap_value=np.array([2.0, 2.0], np.float32),
-      method=method,
+    rewards,
+    values,
+    trainable,
+    gamma=0.9,
+    lam=1.0,
+    truncated=np.array([True, False]),
+    bootstrap_value=np.array([2.0, 2.0], np.float32),
+    method=method,
   )
   # Row 0: returns are discounted bootstrap: [0.81 * 2, 0.9 * 2].
   np.testing.assert_allclose(ret[0], [1.62, 1.8, 0.0], atol=1e-6)
@@ -121,38 +119,38 @@ def test_row_without_trainable_tokens(method):
   rewards = gae.place_terminal_reward(jnp.array([5.0, 1.0]), trainable)
   np.testing.assert_allclose(rewards[0], 0.0)
   adv, ret = compute_gae(
-      rewards,
-      np.ones((2, 4), np.float32),
-      trainable,
-      gamma=1.0,
-      lam=0.95,
-      truncated=np.array([True, False]),
-      bootstrap_value=np.array([3.0, 0.0], np.float32),
-      method=method,
+    rewards,
+    np.ones((2, 4), np.float32),
+    trainable,
+    gamma=1.0,
+    lam=0.95,
+    truncated=np.array([True, False]),
+    bootstrap_value=np.array([3.0, 0.0], np.float32),
+    method=method,
   )
   assert np.all(np.asarray(adv[0]) == 0) and np.all(np.asarray(ret[0]) == 0)
   np.testing.assert_allclose(adv[1], [0.0, 0.0, 0.0, 0.0])
 
 
 @pytest.mark.parametrize(
-    "method,gamma,lam",
-    list(itertools.product(METHODS, [1.0, 0.99], [1.0, 0.95, 0.0])),
+  "method,gamma,lam",
+  list(itertools.product(METHODS, [1.0, 0.99], [1.0, 0.95, 0.0])),
 )
 def test_parity_with_numpy_loop(method, gamma, lam):
   rng = np.random.default_rng(int(gamma * 100 + lam * 10))
   rewards, values, trainable, truncated, bootstrap = random_ragged(rng, 16, 97)
   adv, ret = compute_gae(
-      rewards,
-      values,
-      trainable,
-      gamma=gamma,
-      lam=lam,
-      truncated=truncated,
-      bootstrap_value=bootstrap,
-      method=method,
+    rewards,
+    values,
+    trainable,
+    gamma=gamma,
+    lam=lam,
+    truncated=truncated,
+    bootstrap_value=bootstrap,
+    method=method,
   )
   ref_adv, ref_ret = numpy_gae(
-      rewards, values, trainable, gamma, lam, truncated, bootstrap
+    rewards, values, trainable, gamma, lam, truncated, bootstrap
   )
   np.testing.assert_allclose(adv, ref_adv, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(ret, ref_ret, rtol=1e-4, atol=1e-4)
@@ -160,17 +158,15 @@ def test_parity_with_numpy_loop(method, gamma, lam):
 
 def test_methods_agree_on_long_rows():
   rng = np.random.default_rng(7)
-  rewards, values, trainable, truncated, bootstrap = random_ragged(
-      rng, 4, 4096
-  )
+  rewards, values, trainable, truncated, bootstrap = random_ragged(rng, 4, 4096)
   kwargs = dict(
-      gamma=0.999, lam=0.95, truncated=truncated, bootstrap_value=bootstrap
+    gamma=0.999, lam=0.95, truncated=truncated, bootstrap_value=bootstrap
   )
   a_scan, r_scan = compute_gae(
-      rewards, values, trainable, method="scan", **kwargs
+    rewards, values, trainable, method="scan", **kwargs
   )
   a_assoc, r_assoc = compute_gae(
-      rewards, values, trainable, method="associative", **kwargs
+    rewards, values, trainable, method="associative", **kwargs
   )
   np.testing.assert_allclose(a_scan, a_assoc, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(r_scan, r_assoc, rtol=1e-4, atol=1e-4)
@@ -181,11 +177,11 @@ def test_non_trainable_values_and_rewards_change_nothing(method):
   rng = np.random.default_rng(3)
   rewards, values, trainable, truncated, bootstrap = random_ragged(rng, 8, 64)
   kwargs = dict(
-      gamma=0.99,
-      lam=0.95,
-      truncated=truncated,
-      bootstrap_value=bootstrap,
-      method=method,
+    gamma=0.99,
+    lam=0.95,
+    truncated=truncated,
+    bootstrap_value=bootstrap,
+    method=method,
   )
   adv, ret = compute_gae(rewards, values, trainable, **kwargs)
   noise = rng.normal(size=values.shape).astype(np.float32) * 1e3
@@ -203,7 +199,7 @@ def test_nan_off_mask_is_ignored():
   rewards = np.array([[np.nan, 0.0, np.inf, 1.0, np.nan]], np.float32)
   for method in METHODS:
     adv, ret = compute_gae(
-        rewards, values, trainable, gamma=1.0, lam=1.0, method=method
+      rewards, values, trainable, gamma=1.0, lam=1.0, method=method
     )
     assert np.all(np.isfinite(adv)) and np.all(np.isfinite(ret)), method
     np.testing.assert_allclose(adv, [[0, 0.5, 0, 0.75, 0]], atol=1e-6)
@@ -211,13 +207,13 @@ def test_nan_off_mask_is_ignored():
 
 def test_place_terminal_reward_cases():
   trainable = np.array(
-      [
-          [1, 1, 1, 0, 0],  # ends in padding
-          [0, 1, 0, 1, 0],  # ends on an observation token
-          [1, 1, 1, 1, 1],  # ends on a trainable token
-          [0, 0, 0, 0, 0],  # nothing trainable
-      ],
-      bool,
+    [
+      [1, 1, 1, 0, 0],  # ends in padding
+      [0, 1, 0, 1, 0],  # ends on an observation token
+      [1, 1, 1, 1, 1],  # ends on a trainable token
+      [0, 0, 0, 0, 0],  # nothing trainable
+    ],
+    bool,
   )
   out = gae.place_terminal_reward(jnp.array([1.0, 2.0, 3.0, 4.0]), trainable)
   expected = np.zeros((4, 5), np.float32)
@@ -261,26 +257,22 @@ def test_jitted_gae_traces_once_per_shape(method):
   @chex.assert_max_traces(n=1)
   def step(rewards, values, trainable, truncated, bootstrap, gamma, lam):
     return gae.compute_gae(
-        rewards,
-        values,
-        trainable,
-        gamma=gamma,
-        lam=lam,
-        truncated=truncated,
-        bootstrap_value=bootstrap,
-        method=method,
+      rewards,
+      values,
+      trainable,
+      gamma=gamma,
+      lam=lam,
+      truncated=truncated,
+      bootstrap_value=bootstrap,
+      method=method,
     )
 
   rng = np.random.default_rng(0)
   for _ in range(3):
-    rewards, values, trainable, truncated, bootstrap = random_ragged(
-        rng, 4, 32
-    )
-    adv, _ = step(
-        rewards, values, trainable, truncated, bootstrap, 0.99, 0.95
-    )
+    rewards, values, trainable, truncated, bootstrap = random_ragged(rng, 4, 32)
+    adv, _ = step(rewards, values, trainable, truncated, bootstrap, 0.99, 0.95)
     ref, _ = numpy_gae(
-        rewards, values, trainable, 0.99, 0.95, truncated, bootstrap
+      rewards, values, trainable, 0.99, 0.95, truncated, bootstrap
     )
     np.testing.assert_allclose(adv, ref, rtol=1e-4, atol=1e-4)
 
@@ -297,6 +289,6 @@ def test_jitted_place_terminal_reward_traces_once():
 def test_partial_binding_of_hyperparameters_jits():
   fn = jax.jit(functools.partial(gae.compute_gae, gamma=0.9, lam=0.9))
   adv, _ = fn(
-      jnp.ones((1, 3)), jnp.zeros((1, 3)), jnp.array([[True, False, True]])
+    jnp.ones((1, 3)), jnp.zeros((1, 3)), jnp.array([[True, False, True]])
   )
   np.testing.assert_allclose(adv, [[1 + 0.81, 0, 1]], atol=1e-6)

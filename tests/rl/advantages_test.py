@@ -1,0 +1,178 @@
+"""Tests of codeagent_rl.rl.advantages: registry, group baselines, whitening."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from codeagent_rl.rl import advantages
+from codeagent_rl.rl import gae
+
+BASE = advantages.AdvantageConfig(
+  estimator="gae",
+  gamma=1.0,
+  lam=0.95,
+  gae_method="scan",
+  group_eps=1e-6,
+  whiten=False,
+)
+
+
+def make_inputs(scores, trainable, group_id, values=None):
+  trainable = np.asarray(trainable, bool)
+  b, t = trainable.shape
+  return advantages.AdvantageInputs(
+    rewards=gae.place_terminal_reward(
+      jnp.asarray(scores, jnp.float32), trainable
+    ),
+    values=jnp.zeros((b, t)) if values is None else jnp.asarray(values),
+    trainable=jnp.asarray(trainable),
+    truncated=jnp.zeros((b,), bool),
+    bootstrap_value=jnp.zeros((b,)),
+    group_id=jnp.asarray(group_id, jnp.int32),
+  )
+
+
+def run(estimator, inputs, **overrides):
+  cfg = dataclasses.replace(BASE, estimator=estimator, **overrides)
+  return advantages.compute_advantages(inputs, cfg)
+
+
+# Two groups, interleaved (non-contiguous), one of size 3 and one of size 2,
+# plus a singleton group; rows have different lengths.
+TRAINABLE = [
+  [1, 1, 0, 1],
+  [1, 0, 0, 0],
+  [0, 1, 1, 1],
+  [1, 1, 1, 1],
+  [1, 1, 0, 0],
+  [0, 1, 0, 0],
+]
+GROUPS = [7, 3, 7, 3, 7, 9]
+SCORES = [1.0, 0.0, 0.0, 1.0, 0.5, 1.0]
+
+
+def expected_group(scores, groups, fn):
+  scores, groups = np.asarray(scores), np.asarray(groups)
+  out = np.zeros_like(scores)
+  for i, g in enumerate(groups):
+    members = scores[groups == g]
+    out[i] = fn(scores[i], members)
+  return out
+
+
+def check_broadcast(adv, per_row):
+  mask = np.asarray(TRAINABLE, bool)
+  want = np.where(mask, np.asarray(per_row)[:, None], 0.0)
+  np.testing.assert_allclose(adv, want, rtol=1e-5, atol=1e-6)
+
+
+def test_grpo():
+  adv, _ = run("grpo", make_inputs(SCORES, TRAINABLE, GROUPS))
+
+  def fn(s, g):
+    return 0.0 if len(g) == 1 else (s - g.mean()) / (g.std(ddof=1) + 1e-6)
+
+  check_broadcast(adv, expected_group(SCORES, GROUPS, fn))
+  # Hand check of group 7 (scores 1, 0, 0.5): mean .5, sample std .5.
+  np.testing.assert_allclose(adv[0, 0], 1.0, rtol=1e-5)
+
+
+def test_dr_grpo():
+  adv, _ = run("dr_grpo", make_inputs(SCORES, TRAINABLE, GROUPS))
+  check_broadcast(
+    adv, expected_group(SCORES, GROUPS, lambda s, g: s - g.mean())
+  )
+
+
+def test_rloo():
+  adv, _ = run("rloo", make_inputs(SCORES, TRAINABLE, GROUPS))
+
+  def fn(s, g):
+    return 0.0 if len(g) == 1 else s - (g.sum() - s) / (len(g) - 1)
+
+  check_broadcast(adv, expected_group(SCORES, GROUPS, fn))
+  # Group 3 (scores 0, 1): -1 and +1.
+  np.testing.assert_allclose(adv[1, 0], -1.0)
+  np.testing.assert_allclose(adv[3, 0], 1.0)
+
+
+def test_group_score_includes_token_kl_penalty():
+  inputs = make_inputs([1.0, 1.0], [[1, 1], [1, 1]], [0, 0])
+  penalty = jnp.array([[0.5, 0.0], [0.0, 0.0]])
+  inputs = inputs.replace(rewards=inputs.rewards - penalty)
+  adv, returns = run("dr_grpo", inputs)
+  np.testing.assert_allclose(adv, [[-0.25, -0.25], [0.25, 0.25]], rtol=1e-6)
+  np.testing.assert_allclose(returns, [[0.5, 0.5], [1.0, 1.0]], rtol=1e-6)
+
+
+def test_gae_estimator_equals_compute_gae():
+  rng = np.random.default_rng(0)
+  trainable = rng.random((4, 12)) < 0.6
+  values = rng.normal(size=(4, 12)).astype(np.float32)
+  inputs = make_inputs(rng.random(4), trainable, [0, 0, 1, 1], values)
+  inputs = inputs.replace(
+    truncated=jnp.array([True, False, True, False]),
+    bootstrap_value=jnp.asarray(rng.normal(size=4), jnp.float32),
+  )
+  adv, ret = run("gae", inputs)
+  want_adv, want_ret = gae.compute_gae(
+    inputs.rewards,
+    inputs.values,
+    inputs.trainable,
+    gamma=1.0,
+    lam=0.95,
+    truncated=inputs.truncated,
+    bootstrap_value=inputs.bootstrap_value,
+  )
+  np.testing.assert_array_equal(adv, want_adv)
+  np.testing.assert_array_equal(ret, want_ret)
+
+
+def test_whitening_over_trainable_tokens_only():
+  rng = np.random.default_rng(1)
+  mask = rng.random((5, 9)) < 0.5
+  x = rng.normal(3.0, 2.0, size=(5, 9)).astype(np.float32)
+  x_off = np.where(mask, x, 1e6)  # values off the mask must not matter
+  out = np.asarray(advantages.masked_whiten(x_off, mask))
+  np.testing.assert_allclose(out[mask].mean(), 0.0, atol=1e-5)
+  np.testing.assert_allclose(out[mask].std(), 1.0, rtol=1e-4)
+  assert np.all(out[~mask] == 0)
+  scaled = np.asarray(advantages.masked_whiten(x, mask, shift_mean=False))
+  np.testing.assert_allclose(scaled[mask], x[mask] / x[mask].std(), rtol=1e-4)
+
+
+def test_whiten_flag_applies_to_registry_output():
+  inputs = make_inputs(SCORES, TRAINABLE, GROUPS)
+  adv, _ = run("rloo", inputs, whiten=True)
+  mask = np.asarray(TRAINABLE, bool)
+  np.testing.assert_allclose(np.asarray(adv)[mask].mean(), 0.0, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(adv)[mask].std(), 1.0, rtol=1e-4)
+
+
+@pytest.mark.parametrize("estimator", sorted(advantages.ADVANTAGE_ESTIMATORS))
+def test_every_estimator_jits_and_is_zero_off_mask(estimator):
+  inputs = make_inputs(SCORES, TRAINABLE, GROUPS, np.ones((6, 4), np.float32))
+  cfg = dataclasses.replace(BASE, estimator=estimator)
+  adv, ret = jax.jit(lambda x: advantages.compute_advantages(x, cfg))(inputs)
+  mask = np.asarray(TRAINABLE, bool)
+  assert np.all(np.asarray(adv)[~mask] == 0)
+  assert np.all(np.asarray(ret)[~mask] == 0)
+  assert np.all(np.isfinite(adv))
+
+
+@pytest.mark.parametrize(
+  "field,value,match",
+  [
+    ("estimator", "ppo", "advantage.estimator='ppo'"),
+    ("gamma", 1.5, "advantage.gamma=1.5"),
+    ("lam", -0.1, "advantage.lam=-0.1"),
+    ("gae_method", "fast", "advantage.gae_method='fast'"),
+    ("group_eps", 0.0, "advantage.group_eps=0.0"),
+  ],
+)
+def test_config_validation_names_field(field, value, match):
+  with pytest.raises(ValueError, match=match):
+    dataclasses.replace(BASE, **{field: value})
