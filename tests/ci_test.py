@@ -1,0 +1,70 @@
+"""Checks .ci/run: it runs README's test command and maps exit codes right."""
+
+import os
+import pathlib
+import re
+import subprocess
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+CI_SCRIPT = REPO_ROOT / ".ci" / "run"
+README = REPO_ROOT / "README.md"
+
+
+def readme_test_command() -> str:
+  """Returns the one pytest command in README's ```bash code blocks."""
+  text = README.read_text()
+  blocks = re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", text, re.M | re.S)
+  lines = [line.strip() for b in blocks for line in b.splitlines()]
+  commands = [
+    line for line in lines if re.match(r"(python3? -m )?pytest ", line)
+  ]
+  assert len(commands) == 1, (
+    "README.md should hold exactly one pytest command in its ```bash blocks;"
+    f" found {commands}."
+  )
+  return commands[0]
+
+
+def _bash(script: str, *args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(
+    ["bash", "-c", script, "bash", *args],
+    capture_output=True,
+    text=True,
+    check=False,
+    timeout=60,
+  )
+
+
+def test_script_is_executable_bash_with_strict_mode():
+  assert os.access(CI_SCRIPT, os.X_OK), f"{CI_SCRIPT} is not executable."
+  lines = CI_SCRIPT.read_text().splitlines()
+  assert lines[0] == "#!/usr/bin/env bash", lines[0]
+  assert "set -euo pipefail" in lines, "set -euo pipefail missing."
+  proc = _bash('bash -n "$1"', str(CI_SCRIPT))
+  assert proc.returncode == 0, proc.stderr
+
+
+def test_script_runs_readme_test_command():
+  command = readme_test_command()
+  assert command == "python -m pytest -n 2 tests"
+  lines = [line.strip() for line in CI_SCRIPT.read_text().splitlines()]
+  assert f"run_tests {command}" in lines, (
+    f".ci/run must run README's test command through run_tests:"
+    f" `run_tests {command}`."
+  )
+
+
+@pytest.mark.parametrize("rc,want", [(0, 0), (1, 1), (2, 2), (5, 0)])
+def test_run_tests_exit_codes(rc, want):
+  # Stand-ins for python/pip make a sourcing that wrongly runs `main` fail
+  # with 99 instead of installing anything.
+  script = (
+    "python3() { exit 99; }; python() { exit 99; };"
+    ' source "$1"; run_tests bash -c "exit $2"; echo after'
+  )
+  proc = _bash(script, str(CI_SCRIPT), str(rc))
+  assert proc.returncode == want, proc.stdout + proc.stderr
+  # set -e stops at a failing run_tests; a passing one continues.
+  assert ("after" in proc.stdout) == (want == 0), proc.stdout
