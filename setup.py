@@ -25,9 +25,14 @@ EXTRAS_REQUIRE = {
     "pytest>=8,<10",
     "pytest-xdist>=3.5,<4",
     "ruff==0.17.6",
+    # tests/models/tokenizer_test.py builds tiny HF tokenizers.
+    "tokenizers>=0.21,<0.24",
   ],
-  # Hugging Face import and parity tests (filled by the model issue).
-  "hf": [],
+  # Hugging Face tokenizers (models/tokenizer.py HFTokenizer); the model
+  # issue adds what HF import and parity tests need.
+  "hf": [
+    "tokenizers>=0.21,<0.24",
+  ],
   # Sweep launchers (filled when launch/ gets executors).
   "launch": [],
 }

@@ -1,0 +1,1 @@
+"""Models: decoder transformer, actor and critic, sampler, tokenizer."""
