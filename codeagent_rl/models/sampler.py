@@ -1,0 +1,332 @@
+"""Jitted generation with a KV cache, for multi-turn agent rollouts.
+
+A conversation is a `DecodeState`: the cache, the logits that predict each
+row's next token, and each row's next position. Two jittable steps act on it:
+
+- `extend` appends tokens (a ragged prompt, or the observation of the last
+  turn) without recomputing the prefix: incremental prefill. Prefill of a
+  prompt is `extend` on an empty state.
+- `decode` samples until every row has emitted one of its stop tokens or
+  spent its own budget, in a `lax.while_loop` that feeds one token per step.
+  Greedy, temperature, top-k and top-p sampling.
+
+Memory is the cache plus one step of activations; the state is donated from
+call to call and dropped after the rollout. `Sampler` is the host-side
+wrapper that jits both steps once, tracks how full the cache is, and stops
+with a clear error before a write would overflow it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import chex
+from flax import struct
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+
+from codeagent_rl.models import transformer
+
+_NEG_INF = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerConfig:
+  """Validated `config.sampler` section.
+
+  Attributes:
+    temperature: 0 for greedy decoding, else the softmax temperature.
+    top_k: keep the k most likely tokens (0: no limit).
+    top_p: keep the smallest set of tokens with this much probability
+      (1.0: no limit).
+    max_new_tokens: the most tokens one `decode` call may produce per row (a
+      static bound; per-row budgets may be smaller).
+  """
+
+  temperature: float
+  top_k: int
+  top_p: float
+  max_new_tokens: int
+
+  def __post_init__(self):
+    if self.temperature < 0:
+      raise ValueError(f"sampler.temperature={self.temperature}: must be >= 0.")
+    if self.top_k < 0:
+      raise ValueError(f"sampler.top_k={self.top_k}: must be >= 0.")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"sampler.top_p={self.top_p}: must be in (0, 1].")
+    if self.max_new_tokens <= 0:
+      raise ValueError(
+        f"sampler.max_new_tokens={self.max_new_tokens}: must be > 0."
+      )
+
+
+@struct.dataclass
+class DecodeState:
+  """A batch of conversations in progress.
+
+  Attributes:
+    cache: the `KVCache` of everything seen so far.
+    last_logits: [B, V] float32 logits predicting each row's next token.
+    next_pos: [B] int32 position of each row's next token.
+  """
+
+  cache: transformer.KVCache
+  last_logits: jax.Array
+  next_pos: jax.Array
+
+
+@struct.dataclass
+class SampleOutput:
+  """What one `decode` call produced.
+
+  Attributes:
+    tokens: [B, N] generated tokens, `pad_id` after a row stopped.
+    log_probs: [B, N] float32 log-probs of the sampled tokens under the
+      temperature-scaled policy (raw logits when greedy), before top-k/top-p
+      truncation; 0 after a row stopped.
+    lengths: [B] int32 tokens generated per row (a stop token included).
+    stopped: [B] bool, the row emitted one of its stop tokens (False: it ran
+      out of budget).
+  """
+
+  tokens: jax.Array
+  log_probs: jax.Array
+  lengths: jax.Array
+  stopped: jax.Array
+
+
+def empty_state(
+  config: transformer.TransformerConfig, batch: int, max_len: int
+) -> DecodeState:
+  """A state with an empty cache of `max_len` slots per row."""
+  return DecodeState(
+    cache=transformer.init_cache(config, batch, max_len),
+    last_logits=jnp.zeros((batch, config.vocab_size), jnp.float32),
+    next_pos=jnp.zeros((batch,), jnp.int32),
+  )
+
+
+def extend(
+  params: Any,
+  state: DecodeState,
+  tokens: jax.Array,
+  valid: jax.Array,
+  *,
+  model: transformer.Actor,
+) -> DecodeState:
+  """Appends a ragged chunk of tokens to every conversation.
+
+  Args:
+    params: actor variables.
+    state: the conversations so far.
+    tokens: [B, C] token ids.
+    valid: [B, C] bool; a row's valid tokens may sit anywhere in the chunk
+      (left or right padding); a row with none keeps its state.
+    model: the actor module (bind with functools.partial before jit).
+
+  Returns:
+    The state after the chunk; `last_logits` are those at each row's last
+    valid token of the chunk.
+  """
+  chex.assert_rank([tokens, valid], 2)
+  chex.assert_equal_shape([tokens, valid])
+  valid = valid.astype(bool)
+  positions = transformer.positions_from_valid(valid, start=state.next_pos)
+  logits, cache = model.apply(params, tokens, positions, valid, state.cache)
+  c = tokens.shape[1]
+  has_any = jnp.any(valid, axis=1)
+  last = c - 1 - jnp.argmax(valid[:, ::-1], axis=1)
+  chunk_last = jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0]
+  return DecodeState(
+    cache=cache,
+    last_logits=jnp.where(has_any[:, None], chunk_last, state.last_logits),
+    next_pos=state.next_pos + jnp.sum(valid, axis=1, dtype=jnp.int32),
+  )
+
+
+def _filter_logits(logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
+  """Masks [B, V] logits outside the top-k and the top-p nucleus."""
+  if top_k:
+    kth = lax.top_k(logits, top_k)[0][:, -1:]
+    logits = jnp.where(logits < kth, _NEG_INF, logits)
+  if top_p < 1.0:
+    sorted_logits = jnp.sort(logits, axis=-1)[:, ::-1]
+    probs = jax.nn.softmax(sorted_logits, axis=-1)
+    # Probability mass strictly before each sorted token: keep a token while
+    # the mass before it is below top_p (the first token is always kept).
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    keep = mass_before < top_p
+    cutoff = jnp.min(
+      jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True
+    )
+    logits = jnp.where(logits < cutoff, _NEG_INF, logits)
+  return logits
+
+
+def sample_token(
+  logits: jax.Array, rng: jax.Array, cfg: SamplerConfig
+) -> tuple[jax.Array, jax.Array]:
+  """Samples one token per row of [B, V] logits.
+
+  Returns:
+    ([B] int32 tokens, [B] float32 log-probs under the temperature-scaled
+    distribution before truncation).
+  """
+  if cfg.temperature == 0.0:
+    scaled = logits
+    tokens = jnp.argmax(logits, axis=-1)
+  else:
+    scaled = logits / cfg.temperature
+    filtered = _filter_logits(scaled, cfg.top_k, cfg.top_p)
+    tokens = jax.random.categorical(rng, filtered, axis=-1)
+  logp = jax.nn.log_softmax(scaled, axis=-1)
+  token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+  return tokens.astype(jnp.int32), token_logp
+
+
+def _decode_cond(carry, *, max_new_tokens):
+  step, _, _, done, *_ = carry
+  return (step < max_new_tokens) & ~jnp.all(done)
+
+
+def _decode_body(carry, *, params, model, cfg, budgets, stop_ids, pad_id):
+  step, state, rng, done, stopped, lengths, out_tokens, out_logp = carry
+  token, logp = sample_token(
+    state.last_logits, jax.random.fold_in(rng, step), cfg
+  )
+  live = ~done
+  token = jnp.where(live, token, pad_id)
+  logp = jnp.where(live, logp, 0.0)
+  out_tokens = lax.dynamic_update_slice(out_tokens, token[:, None], (0, step))
+  out_logp = lax.dynamic_update_slice(out_logp, logp[:, None], (0, step))
+  lengths = lengths + live.astype(jnp.int32)
+  hit_stop = live & jnp.any(token[:, None] == stop_ids, axis=1)
+  stopped = stopped | hit_stop
+  done = done | hit_stop | (lengths >= budgets)
+  state = extend(params, state, token[:, None], live[:, None], model=model)
+  return step + 1, state, rng, done, stopped, lengths, out_tokens, out_logp
+
+
+def decode(
+  params: Any,
+  state: DecodeState,
+  rng: jax.Array,
+  budgets: jax.Array,
+  stop_ids: jax.Array,
+  *,
+  model: transformer.Actor,
+  cfg: SamplerConfig,
+  pad_id: int,
+) -> tuple[DecodeState, SampleOutput]:
+  """Samples up to `cfg.max_new_tokens` tokens per row.
+
+  A row stops after emitting one of its stop tokens (which is kept and fed to
+  the cache) or when it has produced `budgets[row]` tokens.
+
+  Args:
+    params: actor variables.
+    state: conversations to continue (at least one `extend` done).
+    rng: PRNG key; step i uses `fold_in(rng, i)`.
+    budgets: [B] int, tokens each row may still produce (<= max_new_tokens;
+      0 means the row produces nothing).
+    stop_ids: [B, S] int stop tokens of each row (pad unused entries with -1)
+      or [S] shared by all rows.
+    model: the actor module.
+    cfg: sampling settings.
+    pad_id: token written after a row stopped.
+
+  Returns:
+    (state after the generated tokens, `SampleOutput`).
+  """
+  b = state.next_pos.shape[0]
+  n = cfg.max_new_tokens
+  stop_ids = jnp.asarray(stop_ids, jnp.int32)
+  if stop_ids.ndim == 1:
+    stop_ids = jnp.broadcast_to(stop_ids, (b, stop_ids.shape[0]))
+  chex.assert_shape(budgets, (b,))
+  budgets = jnp.minimum(budgets.astype(jnp.int32), n)
+  carry = (
+    jnp.zeros((), jnp.int32),
+    state,
+    rng,
+    budgets <= 0,
+    jnp.zeros((b,), bool),
+    jnp.zeros((b,), jnp.int32),
+    jnp.full((b, n), pad_id, jnp.int32),
+    jnp.zeros((b, n), jnp.float32),
+  )
+  body = functools.partial(
+    _decode_body,
+    params=params,
+    model=model,
+    cfg=cfg,
+    budgets=budgets,
+    stop_ids=stop_ids,
+    pad_id=pad_id,
+  )
+  cond = functools.partial(_decode_cond, max_new_tokens=n)
+  _, state, _, _, stopped, lengths, tokens, logp = lax.while_loop(
+    cond, body, carry
+  )
+  return state, SampleOutput(
+    tokens=tokens, log_probs=logp, lengths=lengths, stopped=stopped
+  )
+
+
+class Sampler:
+  """Host-side driver: jits `extend` and `decode` once, guards the cache.
+
+  Example:
+    sampler = Sampler(actor, model_cfg, sampler_cfg, pad_id=tok.pad_id)
+    state = sampler.start(batch=8, max_len=1024)
+    state = sampler.extend(params, state, prompt_tokens, prompt_valid)
+    state, out = sampler.decode(params, state, rng, budgets, stop_ids)
+    state = sampler.extend(params, state, obs_tokens, obs_valid)  # next turn
+  """
+
+  def __init__(
+    self,
+    model: transformer.Actor,
+    model_cfg: transformer.TransformerConfig,
+    cfg: SamplerConfig,
+    *,
+    pad_id: int,
+  ):
+    self._model_cfg = model_cfg
+    self.cfg = cfg
+    self._extend = jax.jit(
+      functools.partial(extend, model=model), donate_argnums=(1,)
+    )
+    self._decode = jax.jit(
+      functools.partial(decode, model=model, cfg=cfg, pad_id=pad_id),
+      donate_argnums=(1,),
+    )
+
+  def start(self, batch: int, max_len: int) -> DecodeState:
+    """An empty state whose cache holds `max_len` tokens per row."""
+    return empty_state(self._model_cfg, batch, max_len)
+
+  def _check_room(self, state: DecodeState, needed: int, what: str) -> None:
+    used = int(state.cache.index)
+    if used + needed > state.cache.max_len:
+      raise ValueError(
+        f"Sampler.{what}: the KV cache has {state.cache.max_len} slots,"
+        f" {used} used, and this call needs {needed} more. Start the"
+        " rollout with a larger max_len (prompt + turns x (max_new_tokens"
+        " + observation tokens))."
+      )
+
+  def extend(self, params, state, tokens, valid) -> DecodeState:
+    """Incremental prefill; see `extend`."""
+    self._check_room(state, np.shape(tokens)[1], "extend")
+    return self._extend(params, state, tokens, valid)
+
+  def decode(self, params, state, rng, budgets, stop_ids):
+    """Samples one turn; see `decode`."""
+    self._check_room(state, self.cfg.max_new_tokens, "decode")
+    return self._decode(params, state, rng, budgets, stop_ids)

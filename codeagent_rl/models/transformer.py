@@ -1,0 +1,580 @@
+"""Decoder-only transformer of the Llama / Qwen2 family, in Flax Linen.
+
+Token embedding, RMSNorm, rotary position embeddings, grouped-query attention,
+SwiGLU MLP, optional qkv bias (Qwen2), tied or untied output embedding.
+
+Masking is by explicit positions and a validity mask, never by array index:
+token q attends to token k when k is valid and position(k) <= position(q).
+So left padding, right padding and multi-turn continuation through a KV cache
+all use the same code. Every parameter and the main activations carry logical
+axis names (`batch`, `length`, `embed`, `heads`, `kv`, `mlp`, `vocab`); the
+config maps them to mesh axes (see `codeagent_rl/parallel`).
+
+The KV cache is an explicit pytree passed in and returned, one `LayerKV` per
+layer, with slot-level `valid` and `positions`. New tokens are written at
+slots [index, index + C) of every row. The caller keeps index + C within the
+cache length (the sampler checks this statically): under jit,
+`dynamic_update_slice` would clamp an overflowing write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import chex
+from flax import linen as nn
+from flax import struct
+import jax
+import jax.numpy as jnp
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+REMAT_POLICIES = {
+  "none": None,
+  "full": jax.checkpoint_policies.nothing_saveable,
+  "dots": jax.checkpoint_policies.checkpoint_dots,
+  "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+# Large finite negative: a query with no visible key (a padding position)
+# gets a uniform average instead of NaN.
+_MASK_VALUE = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Validated `config.model` section.
+
+  Attributes:
+    vocab_size: number of token ids (embedding rows).
+    num_layers: decoder blocks.
+    embed_dim: model width.
+    num_heads: query heads.
+    num_kv_heads: key/value heads (grouped-query attention); divides
+      num_heads.
+    head_dim: width of one head.
+    mlp_dim: hidden width of the SwiGLU MLP.
+    rope_theta: base of the rotary frequencies (Llama 10000, Qwen2 1e6).
+    rms_eps: epsilon of RMSNorm.
+    qkv_bias: biases on q, k, v projections (Qwen2) or not (Llama).
+    tie_embeddings: output projection shares the input embedding.
+    dtype: activation dtype name ("float32", "bfloat16").
+    param_dtype: parameter dtype name.
+    remat: rematerialisation policy of each block, key of REMAT_POLICIES.
+    init_std: stddev of the normal initialiser of all weights.
+  """
+
+  vocab_size: int
+  num_layers: int
+  embed_dim: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  mlp_dim: int
+  rope_theta: float
+  rms_eps: float
+  qkv_bias: bool
+  tie_embeddings: bool
+  dtype: str
+  param_dtype: str
+  remat: str
+  init_std: float
+
+  def __post_init__(self):
+    for name in (
+      "vocab_size",
+      "num_layers",
+      "embed_dim",
+      "num_heads",
+      "num_kv_heads",
+      "head_dim",
+      "mlp_dim",
+    ):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"model.{name}={value!r}: must be a positive int.")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+        f"model.num_kv_heads={self.num_kv_heads}: must divide"
+        f" model.num_heads={self.num_heads}."
+      )
+    if self.head_dim % 2:
+      raise ValueError(
+        f"model.head_dim={self.head_dim}: rotary embeddings need it even."
+      )
+    for name in ("dtype", "param_dtype"):
+      if getattr(self, name) not in DTYPES:
+        raise ValueError(
+          f"model.{name}={getattr(self, name)!r}: expected one of"
+          f" {sorted(DTYPES)}."
+        )
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(
+        f"model.remat={self.remat!r}: expected one of {sorted(REMAT_POLICIES)}."
+      )
+    if self.rope_theta <= 0 or self.rms_eps <= 0 or self.init_std <= 0:
+      raise ValueError(
+        "model.rope_theta, model.rms_eps and model.init_std must be > 0;"
+        f" got {self.rope_theta}, {self.rms_eps}, {self.init_std}."
+      )
+
+  @classmethod
+  def from_config(cls, section: Any) -> TransformerConfig:
+    """Builds from a ConfigDict or dict, naming unknown or missing fields."""
+    fields = dict(section)
+    expected = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(fields) - expected)
+    missing = sorted(expected - set(fields))
+    if unknown or missing:
+      raise ValueError(
+        f"config.model: unknown fields {unknown}, missing fields {missing}."
+      )
+    return cls(**fields)
+
+  @property
+  def jnp_dtype(self):
+    """The activation dtype as a jnp type."""
+    return DTYPES[self.dtype]
+
+  @property
+  def jnp_param_dtype(self):
+    """The parameter dtype as a jnp type."""
+    return DTYPES[self.param_dtype]
+
+  def num_params(self, *, with_lm_head: bool = True) -> int:
+    """Parameter count of the trunk (+ output embedding when untied)."""
+    d, h, k, hd, f = (
+      self.embed_dim,
+      self.num_heads,
+      self.num_kv_heads,
+      self.head_dim,
+      self.mlp_dim,
+    )
+    attn = d * h * hd * 2 + d * k * hd * 2
+    if self.qkv_bias:
+      attn += (h + 2 * k) * hd
+    block = attn + 3 * d * f + 2 * d
+    total = self.vocab_size * d + self.num_layers * block + d
+    if with_lm_head and not self.tie_embeddings:
+      total += self.vocab_size * d
+    return total
+
+
+@struct.dataclass
+class LayerKV:
+  """Keys and values of one layer: each [B, S, K, H]."""
+
+  k: jax.Array
+  v: jax.Array
+
+
+@struct.dataclass
+class KVCache:
+  """Attention cache of all layers.
+
+  Attributes:
+    layers: one `LayerKV` per layer.
+    valid: [B, S] bool, slot holds a real token.
+    positions: [B, S] int32 position of the token in each slot.
+    index: scalar int32, next slot to write (shared by all rows).
+  """
+
+  layers: tuple[LayerKV, ...]
+  valid: jax.Array
+  positions: jax.Array
+  index: jax.Array
+
+  @property
+  def max_len(self) -> int:
+    """Slots per row."""
+    return self.valid.shape[1]
+
+
+def init_cache(
+  config: TransformerConfig, batch: int, max_len: int, dtype=None
+) -> KVCache:
+  """An empty cache of `max_len` slots per row."""
+  dtype = dtype or config.jnp_dtype
+  shape = (batch, max_len, config.num_kv_heads, config.head_dim)
+  layers = tuple(
+    LayerKV(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+    for _ in range(config.num_layers)
+  )
+  return KVCache(
+    layers=layers,
+    valid=jnp.zeros((batch, max_len), bool),
+    positions=jnp.zeros((batch, max_len), jnp.int32),
+    index=jnp.zeros((), jnp.int32),
+  )
+
+
+def positions_from_valid(valid: jax.Array, start=None) -> jax.Array:
+  """[B, T] positions counting valid tokens (padding repeats the last one).
+
+  Args:
+    valid: [B, T] bool mask of real tokens, any padding layout.
+    start: optional [B] position of each row's first new token (multi-turn
+      continuation: the row's number of tokens so far).
+
+  Returns:
+    [B, T] int32 positions; the first valid token of a row gets `start`.
+  """
+  pos = jnp.cumsum(valid.astype(jnp.int32), axis=1) - 1
+  pos = jnp.maximum(pos, 0)
+  if start is not None:
+    pos = pos + start[:, None].astype(jnp.int32)
+  return pos
+
+
+def _normal(config: TransformerConfig, names: tuple[str | None, ...]):
+  return nn.with_logical_partitioning(
+    nn.initializers.normal(config.init_std), names
+  )
+
+
+class RMSNorm(nn.Module):
+  """x * rsqrt(mean(x^2) + eps) * scale, computed in float32."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x):
+    """Normalises the last axis of x."""
+    cfg = self.config
+    scale = self.param(
+      "scale",
+      nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+      (x.shape[-1],),
+      cfg.jnp_param_dtype,
+    )
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(
+      jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + cfg.rms_eps
+    )
+    return (x32.astype(cfg.jnp_dtype) * scale.astype(cfg.jnp_dtype)).astype(
+      cfg.jnp_dtype
+    )
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+  """Rotary embedding, half-split layout (as Llama/Qwen2 in `transformers`).
+
+  Args:
+    x: [B, T, N, H] queries or keys.
+    positions: [B, T] int positions.
+    theta: frequency base.
+
+  Returns:
+    [B, T, N, H] rotated, in x's dtype.
+  """
+  h = x.shape[-1]
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, h, 2, dtype=jnp.float32) / h))
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, H/2]
+  sin = jnp.sin(angles)[:, :, None, :]
+  cos = jnp.cos(angles)[:, :, None, :]
+  x32 = x.astype(jnp.float32)
+  x1, x2 = x32[..., : h // 2], x32[..., h // 2 :]
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
+class Attention(nn.Module):
+  """Grouped-query self-attention with rotary embeddings and a KV cache."""
+
+  config: TransformerConfig
+
+  def _proj(self, name, heads, x):
+    cfg = self.config
+    return nn.DenseGeneral(
+      features=(heads, cfg.head_dim),
+      use_bias=cfg.qkv_bias,
+      dtype=cfg.jnp_dtype,
+      param_dtype=cfg.jnp_param_dtype,
+      kernel_init=_normal(cfg, ("embed", "heads", "kv")),
+      bias_init=nn.with_logical_partitioning(
+        nn.initializers.zeros, ("heads", "kv")
+      ),
+      name=name,
+    )(x)
+
+  @nn.compact
+  def __call__(self, x, positions, valid, layer_kv, cache_meta):
+    """Attends from x ([B, T, D]) to itself or to the updated cache.
+
+    Args:
+      x: [B, T, D] normalised inputs.
+      positions: [B, T] positions of the inputs.
+      valid: [B, T] validity of the inputs.
+      layer_kv: this layer's `LayerKV` or None (no cache).
+      cache_meta: (valid [B, S], positions [B, S], index) of the cache after
+        the new tokens are written, or None.
+
+    Returns:
+      ([B, T, D] output, updated `LayerKV` or None).
+    """
+    cfg = self.config
+    q = self._proj("q_proj", cfg.num_heads, x)
+    k = self._proj("k_proj", cfg.num_kv_heads, x)
+    v = self._proj("v_proj", cfg.num_kv_heads, x)
+    q = apply_rope(q, positions, cfg.rope_theta)
+    k = apply_rope(k, positions, cfg.rope_theta)
+    q = nn.with_logical_constraint(q, ("batch", "length", "heads", "kv"))
+    k = nn.with_logical_constraint(k, ("batch", "length", "heads", "kv"))
+    v = nn.with_logical_constraint(v, ("batch", "length", "heads", "kv"))
+
+    if layer_kv is None:
+      key_valid, key_pos = valid, positions
+      new_kv = None
+    else:
+      key_valid, key_pos, index = cache_meta
+      k_all = jax.lax.dynamic_update_slice(
+        layer_kv.k, k.astype(layer_kv.k.dtype), (0, index, 0, 0)
+      )
+      v_all = jax.lax.dynamic_update_slice(
+        layer_kv.v, v.astype(layer_kv.v.dtype), (0, index, 0, 0)
+      )
+      new_kv = LayerKV(k=k_all, v=v_all)
+      k, v = k_all.astype(cfg.jnp_dtype), v_all.astype(cfg.jnp_dtype)
+
+    b, t = q.shape[:2]
+    groups = cfg.num_heads // cfg.num_kv_heads
+    q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)
+    logits = jnp.einsum("btkgh,bskh->bkgts", q, k).astype(jnp.float32)
+    logits = logits / jnp.sqrt(jnp.float32(cfg.head_dim))
+    visible = key_valid[:, None, :] & (
+      key_pos[:, None, :] <= positions[:, :, None]
+    )  # [B, T, S]
+    logits = jnp.where(visible[:, None, None], logits, _MASK_VALUE)
+    probs = jax.nn.softmax(logits, axis=-1).astype(cfg.jnp_dtype)
+    out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+    out = out.reshape(b, t, cfg.num_heads, cfg.head_dim)
+    out = nn.with_logical_constraint(out, ("batch", "length", "heads", "kv"))
+    out = nn.DenseGeneral(
+      features=cfg.embed_dim,
+      axis=(-2, -1),
+      use_bias=False,
+      dtype=cfg.jnp_dtype,
+      param_dtype=cfg.jnp_param_dtype,
+      kernel_init=_normal(cfg, ("heads", "kv", "embed")),
+      name="o_proj",
+    )(out)
+    return out, new_kv
+
+
+class MLP(nn.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x):
+    """[B, T, D] -> [B, T, D]."""
+    cfg = self.config
+
+    def dense(features, names, name):
+      return nn.Dense(
+        features,
+        use_bias=False,
+        dtype=cfg.jnp_dtype,
+        param_dtype=cfg.jnp_param_dtype,
+        kernel_init=_normal(cfg, names),
+        name=name,
+      )
+
+    gate = dense(cfg.mlp_dim, ("embed", "mlp"), "gate_proj")(x)
+    up = dense(cfg.mlp_dim, ("embed", "mlp"), "up_proj")(x)
+    h = nn.with_logical_constraint(
+      nn.silu(gate) * up, ("batch", "length", "mlp")
+    )
+    return dense(cfg.embed_dim, ("mlp", "embed"), "down_proj")(h)
+
+
+class Block(nn.Module):
+  """Pre-norm decoder block."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x, positions, valid, layer_kv, cache_meta):
+    """Attention then MLP, each residual; arguments as `Attention`."""
+    cfg = self.config
+    h, new_kv = Attention(cfg, name="attn")(
+      RMSNorm(cfg, name="attn_norm")(x),
+      positions,
+      valid,
+      layer_kv,
+      cache_meta,
+    )
+    x = x + h
+    x = x + MLP(cfg, name="mlp")(RMSNorm(cfg, name="mlp_norm")(x))
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    return x, new_kv
+
+
+class Trunk(nn.Module):
+  """Embedding and decoder blocks; returns final-normed hidden states."""
+
+  config: TransformerConfig
+
+  def setup(self):
+    """Declares the embedding, the blocks and the final norm."""
+    cfg = self.config
+    self.embed = nn.Embed(
+      cfg.vocab_size,
+      cfg.embed_dim,
+      dtype=cfg.jnp_dtype,
+      param_dtype=cfg.jnp_param_dtype,
+      embedding_init=_normal(cfg, ("vocab", "embed")),
+      name="embed",
+    )
+    policy = REMAT_POLICIES[cfg.remat]
+    block_cls = (
+      Block
+      if cfg.remat == "none"
+      else nn.remat(Block, policy=policy, prevent_cse=True)
+    )
+    self.blocks = [
+      block_cls(cfg, name=f"layers_{i}") for i in range(cfg.num_layers)
+    ]
+    self.final_norm = RMSNorm(cfg, name="final_norm")
+
+  def __call__(self, tokens, positions, valid, cache=None):
+    """Hidden states of `tokens`.
+
+    Args:
+      tokens: [B, T] int token ids.
+      positions: [B, T] int positions (see `positions_from_valid`).
+      valid: [B, T] bool, False at padding.
+      cache: optional `KVCache`; the tokens are written at its `index`.
+
+    Returns:
+      ([B, T, D] hidden states, updated cache or None).
+    """
+    chex.assert_rank([tokens, positions, valid], 2)
+    chex.assert_equal_shape([tokens, positions, valid])
+    valid = valid.astype(bool)
+    x = self.embed(tokens)
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    if cache is None:
+      cache_meta = None
+      layer_kvs = [None] * len(self.blocks)
+    else:
+      t = tokens.shape[1]
+      cache_valid = jax.lax.dynamic_update_slice(
+        cache.valid, valid, (0, cache.index)
+      )
+      cache_pos = jax.lax.dynamic_update_slice(
+        cache.positions, positions.astype(jnp.int32), (0, cache.index)
+      )
+      cache_meta = (cache_valid, cache_pos, cache.index)
+      layer_kvs = list(cache.layers)
+    new_layers = []
+    for block, layer_kv in zip(self.blocks, layer_kvs, strict=True):
+      x, new_kv = block(x, positions, valid, layer_kv, cache_meta)
+      new_layers.append(new_kv)
+    x = self.final_norm(x)
+    if cache is None:
+      return x, None
+    return x, KVCache(
+      layers=tuple(new_layers),
+      valid=cache_valid,
+      positions=cache_pos,
+      index=cache.index + t,
+    )
+
+
+class Actor(nn.Module):
+  """The policy: trunk plus an output projection to vocabulary logits."""
+
+  config: TransformerConfig
+
+  def setup(self):
+    """Declares the trunk and, when untied, the output projection."""
+    cfg = self.config
+    self.trunk = Trunk(cfg, name="trunk")
+    if not cfg.tie_embeddings:
+      self.lm_head = nn.Dense(
+        cfg.vocab_size,
+        use_bias=False,
+        dtype=cfg.jnp_dtype,
+        param_dtype=cfg.jnp_param_dtype,
+        kernel_init=_normal(cfg, ("embed", "vocab")),
+        name="lm_head",
+      )
+
+  def __call__(self, tokens, positions, valid, cache=None):
+    """Next-token logits.
+
+    Args:
+      tokens: [B, T] int token ids.
+      positions: [B, T] int positions.
+      valid: [B, T] bool, False at padding.
+      cache: optional `KVCache` to continue.
+
+    Returns:
+      ([B, T, V] float32 logits, updated cache or None).
+    """
+    h, cache = self.trunk(tokens, positions, valid, cache)
+    if self.config.tie_embeddings:
+      logits = self.trunk.embed.attend(h)
+    else:
+      logits = self.lm_head(h)
+    logits = nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+    return logits.astype(jnp.float32), cache
+
+
+class Critic(nn.Module):
+  """The value function: its own trunk plus a scalar head per token."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, tokens, positions, valid, cache=None):
+    """Per-token values.
+
+    Args:
+      tokens: [B, T] int token ids.
+      positions: [B, T] int positions.
+      valid: [B, T] bool, False at padding.
+      cache: optional `KVCache` to continue.
+
+    Returns:
+      ([B, T] float32 values, updated cache or None).
+    """
+    cfg = self.config
+    h, cache = Trunk(cfg, name="trunk")(tokens, positions, valid, cache)
+    values = nn.Dense(
+      1,
+      dtype=jnp.float32,
+      param_dtype=cfg.jnp_param_dtype,
+      kernel_init=nn.with_logical_partitioning(
+        nn.initializers.zeros, ("embed", None)
+      ),
+      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)),
+      name="value_head",
+    )(h.astype(jnp.float32))
+    return values[..., 0], cache
+
+
+CRITIC_INITS = ("random", "actor")
+
+
+def init_critic_from_actor(critic_params, actor_params):
+  """Critic params whose trunk is a copy of the actor's trunk.
+
+  Args:
+    critic_params: the critic's `params` collection (its value head is kept).
+    actor_params: the actor's `params` collection.
+
+  Returns:
+    A new critic `params` collection; the copy shares no buffers with the
+    actor (updates to one never alias the other).
+  """
+  if "trunk" not in actor_params or "trunk" not in critic_params:
+    raise ValueError("init_critic_from_actor: both params need a 'trunk'.")
+  trunk = jax.tree.map(jnp.copy, actor_params["trunk"])
+  if jax.tree.structure(trunk) != jax.tree.structure(critic_params["trunk"]):
+    raise ValueError(
+      "init_critic_from_actor: actor and critic trunks differ in structure;"
+      " they must share the model config."
+    )
+  return {**critic_params, "trunk": trunk}

@@ -1,0 +1,241 @@
+"""Tests of codeagent_rl.models.sampler."""
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from codeagent_rl.models import sampler as sampler_lib
+from codeagent_rl.models import transformer as tf
+
+CFG = tf.TransformerConfig(
+  vocab_size=40,
+  num_layers=2,
+  embed_dim=32,
+  num_heads=4,
+  num_kv_heads=2,
+  head_dim=8,
+  mlp_dim=48,
+  rope_theta=10000.0,
+  rms_eps=1e-6,
+  qkv_bias=False,
+  tie_embeddings=True,
+  dtype="float32",
+  param_dtype="float32",
+  remat="none",
+  init_std=0.5,
+)
+GREEDY = sampler_lib.SamplerConfig(
+  temperature=0.0, top_k=0, top_p=1.0, max_new_tokens=6
+)
+PAD = 0
+ACTOR = tf.Actor(CFG)
+
+
+@pytest.fixture(scope="module")
+def params():
+  valid = jnp.ones((1, 4), bool)
+  return ACTOR.init(
+    jax.random.PRNGKey(0),
+    jnp.zeros((1, 4), jnp.int32),
+    tf.positions_from_valid(valid),
+    valid,
+  )
+
+
+def prompts():
+  """Two ragged prompts, right-padded: lengths 5 and 3."""
+  tokens = jnp.array([[5, 6, 7, 8, 9], [11, 12, 13, 0, 0]], jnp.int32)
+  valid = jnp.arange(5)[None] < jnp.array([[5], [3]])
+  return tokens, valid
+
+
+def reference_greedy(params, prompt, n):
+  """Greedy decoding by full forward passes, no cache, one row."""
+  seq = list(prompt)
+  out = []
+  for _ in range(n):
+    toks = jnp.array([seq], jnp.int32)
+    valid = jnp.ones_like(toks, bool)
+    logits, _ = ACTOR.apply(params, toks, tf.positions_from_valid(valid), valid)
+    nxt = int(jnp.argmax(logits[0, -1]))
+    out.append(nxt)
+    seq.append(nxt)
+  return out
+
+
+def test_greedy_equals_stepwise_argmax_of_full_forwards(params):
+  sampler = sampler_lib.Sampler(ACTOR, CFG, GREEDY, pad_id=PAD)
+  tokens, valid = prompts()
+  state = sampler.start(batch=2, max_len=16)
+  state = sampler.extend(params, state, tokens, valid)
+  state, out = sampler.decode(
+    params,
+    state,
+    jax.random.PRNGKey(0),
+    jnp.array([6, 6]),
+    jnp.array([-1]),
+  )
+  np.testing.assert_array_equal(out.lengths, [6, 6])
+  assert not np.any(out.stopped)
+  for row, prompt in enumerate([[5, 6, 7, 8, 9], [11, 12, 13]]):
+    assert list(np.asarray(out.tokens[row])) == reference_greedy(
+      params, prompt, 6
+    )
+  # Log-probs are those of the full forward at each step.
+  seq = jnp.array([[5, 6, 7, 8, 9] + list(np.asarray(out.tokens[0]))])
+  v = jnp.ones_like(seq, bool)
+  logits, _ = ACTOR.apply(params, seq, tf.positions_from_valid(v), v)
+  logp = jax.nn.log_softmax(logits[0, 4:10], -1)
+  want = jnp.take_along_axis(logp, seq[0, 5:11, None], -1)[:, 0]
+  np.testing.assert_allclose(out.log_probs[0], want, atol=1e-5)
+
+
+def test_per_row_stops_and_budgets(params):
+  tokens, valid = prompts()
+  sampler = sampler_lib.Sampler(ACTOR, CFG, GREEDY, pad_id=PAD)
+  state = sampler.extend(params, sampler.start(2, 16), tokens, valid)
+  free = reference_greedy(params, [5, 6, 7, 8, 9], 6)
+  # Row 0 stops on its own 3rd greedy token; row 1 has a budget of 2 and a
+  # stop id it never emits.
+  stop_ids = jnp.array([[free[2], -1], [39, 38]])
+  stop_ids = jnp.where(
+    jnp.isin(stop_ids[1], jnp.array(reference_greedy(params, [11, 12, 13], 2))),
+    -1,
+    stop_ids,
+  )
+  state, out = sampler.decode(
+    params, state, jax.random.PRNGKey(0), jnp.array([6, 2]), stop_ids
+  )
+  first_stop = free.index(free[2]) + 1
+  np.testing.assert_array_equal(out.lengths, [first_stop, 2])
+  np.testing.assert_array_equal(out.stopped, [True, False])
+  assert np.all(np.asarray(out.tokens[0, first_stop:]) == PAD)
+  assert np.all(np.asarray(out.tokens[1, 2:]) == PAD)
+  assert np.all(np.asarray(out.log_probs[1, 2:]) == 0)
+  # Loop exits when all rows are done: only max(lengths) slots were used.
+  assert int(state.cache.index) == 5 + max(first_stop, 2)
+
+
+def test_zero_budget_row_produces_nothing(params):
+  tokens, valid = prompts()
+  sampler = sampler_lib.Sampler(ACTOR, CFG, GREEDY, pad_id=PAD)
+  state = sampler.extend(params, sampler.start(2, 16), tokens, valid)
+  _, out = sampler.decode(
+    params, state, jax.random.PRNGKey(0), jnp.array([0, 3]), jnp.array([-1])
+  )
+  np.testing.assert_array_equal(out.lengths, [0, 3])
+  assert np.all(np.asarray(out.tokens[0]) == PAD)
+
+
+def test_incremental_prefill_equals_whole_prefill(params):
+  # Turn 1: prompt + generated; turn 2: a ragged observation appended.
+  sampler = sampler_lib.Sampler(ACTOR, CFG, GREEDY, pad_id=PAD)
+  tokens, valid = prompts()
+  state = sampler.extend(params, sampler.start(2, 24), tokens, valid)
+  state, out = sampler.decode(
+    params, state, jax.random.PRNGKey(0), jnp.array([3, 3]), jnp.array([-1])
+  )
+  obs = jnp.array([[0, 0, 21, 22], [23, 24, 25, 26]], jnp.int32)
+  obs_valid = jnp.array([[False, False, True, True], [True] * 4])  # left-pad
+  state = sampler.extend(params, state, obs, obs_valid)
+  for row, (prompt, obs_row) in enumerate(
+    [([5, 6, 7, 8, 9], [21, 22]), ([11, 12, 13], [23, 24, 25, 26])]
+  ):
+    seq = prompt + list(np.asarray(out.tokens[row, :3])) + obs_row
+    toks = jnp.array([seq])
+    v = jnp.ones_like(toks, bool)
+    logits, _ = ACTOR.apply(params, toks, tf.positions_from_valid(v), v)
+    np.testing.assert_allclose(state.last_logits[row], logits[0, -1], atol=2e-5)
+    assert int(state.next_pos[row]) == len(seq)
+
+
+def test_cache_overflow_is_refused_with_a_clear_error(params):
+  sampler = sampler_lib.Sampler(ACTOR, CFG, GREEDY, pad_id=PAD)
+  tokens, valid = prompts()
+  state = sampler.extend(params, sampler.start(2, 8), tokens, valid)
+  with pytest.raises(ValueError, match="KV cache has 8 slots, 5 used"):
+    sampler.decode(
+      params,
+      state,
+      jax.random.PRNGKey(0),
+      jnp.array([3, 3]),
+      jnp.array([-1]),
+    )
+
+
+def test_filters():
+  logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+  top2 = sampler_lib._filter_logits(logits, 2, 1.0)
+  assert np.all(np.asarray(top2[0, :2]) > -1e9)
+  assert np.all(np.asarray(top2[0, 2:]) < -1e29)
+  # top_p = 0.7: 0.5 alone is below 0.7, so 0.3 joins; 0.15 does not.
+  nucleus = sampler_lib._filter_logits(logits, 0, 0.7)
+  np.testing.assert_array_equal(
+    np.asarray(nucleus[0]) > -1e9, [True, True, False, False]
+  )
+  nucleus = sampler_lib._filter_logits(logits, 0, 0.81)
+  np.testing.assert_array_equal(
+    np.asarray(nucleus[0]) > -1e9, [True, True, True, False]
+  )
+
+
+def test_sampling_follows_the_distribution():
+  probs = np.array([0.5, 0.3, 0.15, 0.05])
+  logits = jnp.broadcast_to(jnp.log(jnp.array(probs)), (20000, 4))
+  cfg = sampler_lib.SamplerConfig(
+    temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=1
+  )
+  toks, logp = sampler_lib.sample_token(logits, jax.random.PRNGKey(3), cfg)
+  freq = np.bincount(np.asarray(toks), minlength=4) / 20000
+  np.testing.assert_allclose(freq, probs, atol=0.015)
+  np.testing.assert_allclose(np.exp(logp), probs[np.asarray(toks)], rtol=1e-5)
+  # top_k=2 renormalises over the two best tokens.
+  cfg = dataclasses.replace(cfg, top_k=2)
+  toks, _ = sampler_lib.sample_token(logits, jax.random.PRNGKey(4), cfg)
+  freq = np.bincount(np.asarray(toks), minlength=4) / 20000
+  np.testing.assert_allclose(freq, [0.625, 0.375, 0, 0], atol=0.015)
+  # High temperature flattens; it is reflected in the returned log-probs.
+  cfg = dataclasses.replace(cfg, top_k=0, temperature=100.0)
+  _, logp = sampler_lib.sample_token(logits, jax.random.PRNGKey(5), cfg)
+  np.testing.assert_allclose(np.exp(logp), 0.25, atol=0.01)
+
+
+def test_sampled_decode_is_reproducible_and_traces_once(params):
+  chex.clear_trace_counter()
+  cfg = sampler_lib.SamplerConfig(
+    temperature=1.0, top_k=10, top_p=0.9, max_new_tokens=5
+  )
+  sampler = sampler_lib.Sampler(ACTOR, CFG, cfg, pad_id=PAD)
+  tokens, valid = prompts()
+  results = []
+  for seed in (7, 7, 8):
+    state = sampler.extend(params, sampler.start(2, 16), tokens, valid)
+    _, out = sampler.decode(
+      params,
+      state,
+      jax.random.PRNGKey(seed),
+      jnp.array([5, 5]),
+      jnp.array([-1]),
+    )
+    results.append(np.asarray(out.tokens))
+  np.testing.assert_array_equal(results[0], results[1])
+  assert sampler._decode._cache_size() == 1
+  assert sampler._extend._cache_size() == 1
+
+
+@pytest.mark.parametrize(
+  "field,value,match",
+  [
+    ("temperature", -1.0, "temperature=-1.0"),
+    ("top_p", 0.0, "top_p=0.0"),
+    ("top_k", -2, "top_k=-2"),
+    ("max_new_tokens", 0, "max_new_tokens=0"),
+  ],
+)
+def test_config_validation(field, value, match):
+  with pytest.raises(ValueError, match=match):
+    dataclasses.replace(GREEDY, **{field: value})
