@@ -45,6 +45,10 @@ SPECIAL_TOKENS = (
 )
 
 NUM_BYTES = 256
+# ByteTokenizer ids below this are protocol tokens or reserved for future
+# ones, so adding a protocol token never shifts the byte ids (and never
+# invalidates a trained embedding).
+NUM_RESERVED_SPECIAL_IDS = 16
 
 # Matches any protocol token; longest first so no token shadows a longer one.
 _SPECIAL_ALTERNATION = "|".join(
@@ -258,8 +262,9 @@ class ByteTokenizer(Tokenizer):
   """UTF-8 bytes plus the protocol tokens.
 
   Ids: `0 .. len(SPECIAL_TOKENS) - 1` are `SPECIAL_TOKENS` in order (pad = 0);
-  the next 256 are the bytes 0x00..0xff; the rest, up to `vocab_size`, are
-  padding. `decode(encode(s)) == s` for every valid Unicode string.
+  ids up to `NUM_RESERVED_SPECIAL_IDS` are reserved for future protocol
+  tokens and decode to nothing; the next 256 are the bytes 0x00..0xff; the
+  rest, up to `vocab_size`, are padding. `decode(encode(s)) == s` for every valid Unicode string.
   """
 
   def __init__(self, pad_vocab_to_multiple: int = 1):
@@ -269,7 +274,8 @@ class ByteTokenizer(Tokenizer):
       pad_vocab_to_multiple: round `vocab_size` up to a multiple of this
         (e.g. 128 for an embedding that shards evenly); 1 adds no padding.
     """
-    num_special = len(SPECIAL_TOKENS)
+    assert len(SPECIAL_TOKENS) <= NUM_RESERVED_SPECIAL_IDS
+    num_special = NUM_RESERVED_SPECIAL_IDS
     super().__init__(
       {t: i for i, t in enumerate(SPECIAL_TOKENS)},
       num_ids=num_special + NUM_BYTES,
@@ -298,6 +304,8 @@ class ByteTokenizer(Tokenizer):
       if i >= self._byte_offset:
         run.append(i - self._byte_offset)
         continue
+      if i not in self._special_by_id:
+        continue  # a reserved id: decodes to nothing, like padding
       # A special token ends the byte run: bytes never merge across it.
       parts.append(run.decode("utf-8", "replace"))
       run.clear()

@@ -90,7 +90,7 @@ def _gpt2_byte_chars() -> dict[int, str]:
 def _byte_ids(tok: tok_lib.Tokenizer, data: bytes) -> list[int]:
   """Ids of single raw bytes, for either tokenizer."""
   if isinstance(tok, tok_lib.ByteTokenizer):
-    return [len(SPECIALS) + b for b in data]
+    return [tok_lib.NUM_RESERVED_SPECIAL_IDS + b for b in data]
   chars = _gpt2_byte_chars()
   return [tok._tok.token_to_id(chars[b]) for b in data]
 
@@ -255,11 +255,11 @@ def test_byte_layout_worked_by_hand():
     "<obs>": 7,
     "</obs>": 8,
   }
-  assert tok.vocab_size == 9 + 256
+  assert tok.vocab_size == 16 + 256
   # "é" is UTF-8 c3 a9; bytes start at id 9.
   got = tok.encode("<run>é", add_bos=True, add_eos=True)
-  assert got == [1, 3, 9 + 0xC3, 9 + 0xA9, 2]
-  assert tok.encode_plain("<run>") == [9 + b for b in b"<run>"]
+  assert got == [1, 3, 16 + 0xC3, 16 + 0xA9, 2]
+  assert tok.encode_plain("<run>") == [16 + b for b in b"<run>"]
   assert tok.encode("") == []
   assert tok.decode([]) == ""
 
@@ -268,13 +268,13 @@ def test_byte_specials_split_byte_runs():
   tok = tok_lib.ByteTokenizer()
   # A special token between the bytes of "€" ends the run: both halves are
   # invalid and decode separately.
-  ids = [9 + 0xE2, tok.special_ids[tok_lib.OBS], 9 + 0x82, 9 + 0xAC]
+  ids = [16 + 0xE2, tok.special_ids[tok_lib.OBS], 16 + 0x82, 16 + 0xAC]
   assert tok.decode(ids) == "\ufffd<obs>\ufffd\ufffd"
   assert tok.decode(ids, skip_special=True) == "\ufffd\ufffd\ufffd"
 
 
 @pytest.mark.parametrize(
-  "multiple,vocab_size", [(1, 265), (2, 266), (128, 384), (265, 265)]
+  "multiple,vocab_size", [(1, 272), (2, 272), (128, 384), (272, 272), (5, 275)]
 )
 def test_byte_vocab_padding(multiple, vocab_size):
   tok = tok_lib.ByteTokenizer(pad_vocab_to_multiple=multiple)
@@ -284,11 +284,22 @@ def test_byte_vocab_padding(multiple, vocab_size):
 
 def test_byte_padding_ids_decode_to_nothing():
   tok = tok_lib.ByteTokenizer(pad_vocab_to_multiple=128)
-  padding = list(range(265, 384))
+  padding = list(range(272, 384))
   assert tok.decode(padding) == ""
   assert tok.id_to_special(300) is None
   # Padding inside a multi-byte character does not split it.
-  assert tok.decode([9 + 0xC3, 300, 9 + 0xA9, 383]) == "é"
+  assert tok.decode([16 + 0xC3, 300, 16 + 0xA9, 383]) == "é"
+
+
+def test_byte_reserved_ids_decode_to_nothing_and_keep_bytes_stable():
+  tok = tok_lib.ByteTokenizer()
+  reserved = range(len(SPECIALS), tok_lib.NUM_RESERVED_SPECIAL_IDS)
+  assert len(reserved) > 0
+  assert tok.decode(list(reserved)) == ""
+  assert all(tok.id_to_special(i) is None for i in reserved)
+  assert tok.decode([16 + 0xC3, reserved[0], 16 + 0xA9]) == "é"
+  # Byte ids start after the reserved block, whatever SPECIAL_TOKENS holds.
+  assert tok.encode_plain("A") == [tok_lib.NUM_RESERVED_SPECIAL_IDS + 65]
 
 
 @pytest.mark.parametrize("multiple", [0, -128, 1.5, True, "128", None])
