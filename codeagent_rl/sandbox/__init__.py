@@ -1,0 +1,1 @@
+"""The sandbox: guest forkserver, gVisor backend, pool, judge and CLI."""

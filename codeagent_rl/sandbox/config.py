@@ -1,0 +1,135 @@
+"""The sandbox settings as one frozen, self-validating dataclass.
+
+The defaults live here only: `harness.py` defines its absl flags with these
+defaults and converts the parsed flags with `harness.config_from_flags()`.
+Library code and tests build a `SandboxConfig` directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+BACKENDS = ("gvisor", "process")
+PLATFORMS = ("ptrace", "kvm", "systrap")
+# The command-line flag of each field that has one (error messages name it).
+FLAG_NAMES = {
+  "backend": "sandbox_backend",
+  "pool_size": "sandbox_pool_size",
+  "timeout_s": "sandbox_timeout_s",
+  "test_timeout_s": "sandbox_test_timeout_s",
+  "memory_mb": "sandbox_memory_mb",
+  "max_output_bytes": "sandbox_max_output_bytes",
+  "recycle_after": "sandbox_recycle_after",
+  "runsc_path": "runsc_path",
+  "runsc_platform": "runsc_platform",
+  "python": "sandbox_python",
+}
+# Smallest address space a job may get: the forked interpreter alone maps
+# about 30 MiB.
+MIN_MEMORY_MB = 64
+
+
+def _name(field: str) -> str:
+  flag = FLAG_NAMES.get(field)
+  return f"--{flag}" if flag else f"SandboxConfig.{field}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxConfig:
+  """How jobs are isolated and limited.
+
+  Attributes:
+    backend: "gvisor" (a warm `runsc` sandbox per worker) or "process" (the
+      same forkserver as a plain subprocess with rlimits: no isolation of
+      the file system or network; for machines without gVisor).
+    pool_size: warm sandboxes (workers) in a `SandboxPool`.
+    timeout_s: wall-clock limit of one job (all its tests).
+    test_timeout_s: wall-clock limit of one test (one call, or one run of a
+      stdio program); the job's `timeout_s` still bounds the sum.
+    memory_mb: address-space limit (RLIMIT_AS) of each job process.
+    max_output_bytes: cap on each of a job's stdout, stderr and returned
+      data; a job past it is killed with status `output_limit`.
+    recycle_after: a sandbox is replaced after this many jobs.
+    runsc_path: the `runsc` binary (a name on PATH or a path).
+    runsc_platform: the gVisor platform; "ptrace" works everywhere, "kvm"
+      hung on the machines we measured.
+    python: the interpreter bound into the sandbox (and run by the process
+      backend); an absolute path.
+    max_processes: RLIMIT_NPROC of the untrusted uid, i.e. the processes a
+      job may have at once.
+    max_file_mb: RLIMIT_FSIZE, the largest file a job may write.
+    max_open_files: RLIMIT_NOFILE of a job process.
+    scratch_mb: size of the sandbox's tmpfs that holds the job's scratch
+      directory.
+    startup_timeout_s: how long a sandbox may take to start and say ready.
+  """
+
+  backend: str = "gvisor"
+  pool_size: int = 2
+  timeout_s: float = 10.0
+  test_timeout_s: float = 2.0
+  memory_mb: int = 512
+  max_output_bytes: int = 1 << 20
+  recycle_after: int = 500
+  runsc_path: str = "runsc"
+  runsc_platform: str = "ptrace"
+  python: str = "/usr/bin/python3"
+  max_processes: int = 16
+  max_file_mb: int = 16
+  max_open_files: int = 64
+  scratch_mb: int = 64
+  startup_timeout_s: float = 30.0
+
+  def __post_init__(self):
+    def bad(field: str, why: str) -> ValueError:
+      value = getattr(self, field)
+      return ValueError(f"{_name(field)}={value!r}: {why}")
+
+    if self.backend not in BACKENDS:
+      raise bad("backend", f"expected one of {BACKENDS}.")
+    if self.runsc_platform not in PLATFORMS:
+      raise bad("runsc_platform", f"expected one of {PLATFORMS}.")
+    for field in (
+      "pool_size",
+      "recycle_after",
+      "max_processes",
+      "max_file_mb",
+      "scratch_mb",
+    ):
+      value = getattr(self, field)
+      if type(value) is not int or value < 1:
+        raise bad(field, "must be an integer >= 1.")
+    if type(self.memory_mb) is not int or self.memory_mb < MIN_MEMORY_MB:
+      raise bad("memory_mb", f"must be an integer >= {MIN_MEMORY_MB}.")
+    if type(self.max_output_bytes) is not int or self.max_output_bytes < 1024:
+      raise bad("max_output_bytes", "must be an integer >= 1024.")
+    if type(self.max_open_files) is not int or self.max_open_files < 16:
+      raise bad("max_open_files", "must be an integer >= 16.")
+    for field in ("timeout_s", "test_timeout_s", "startup_timeout_s"):
+      value = getattr(self, field)
+      if not isinstance(value, int | float) or not 0 < value < 86400:
+        raise bad(field, "must be a number of seconds in (0, 86400).")
+    if not self.runsc_path:
+      raise bad("runsc_path", "must name the runsc binary.")
+    if not os.path.isabs(self.python):
+      raise bad("python", "must be an absolute path.")
+
+  @property
+  def oci_pids_limit(self) -> int:
+    """The OCI pids backstop: far above what one job may reach.
+
+    Under the ptrace platform every guest task is a host process, and the
+    sentry has its own threads; crossing the limit kills the whole sandbox.
+    """
+    return max(1024, 16 * self.max_processes)
+
+  @property
+  def oci_memory_bytes(self) -> int:
+    """The OCI memory backstop, in bytes.
+
+    Every job process at its RLIMIT_AS, plus the forkserver, the scratch
+    tmpfs and slack for the sentry.
+    """
+    per_job = (self.max_processes + 1) * self.memory_mb + self.scratch_mb
+    return (per_job + 512) << 20

@@ -1,0 +1,803 @@
+"""The forkserver that runs untrusted jobs; standard library only.
+
+It runs as the init process of a gVisor sandbox (or, for the `process`
+backend, as a plain subprocess), with `wire.py` next to it. Start it as
+
+  python3 -I -S -B guest.py '<config JSON>'
+
+where the config is `{"scratch_root": path, "uid": int | null, "gid": int |
+null, "kill_scope": "all" | "descendants"}`. It then answers frames (see
+`wire.py`) on its stdin/stdout: first a `{"event": "ready"}` frame, then one
+reply per job, until end of file.
+
+A job is `{"id", "kind": "function" | "stdio", "code", "entry_point",
+"tests", "timeout_s", "test_timeout_s", "memory_mb", "max_output_bytes",
+"max_processes", "max_file_mb", "max_open_files"}`. Function tests carry
+tagged `args` / `kwargs`, stdio tests a `stdin` string: test *inputs* only.
+
+For each job the forkserver makes a fresh scratch directory and forks a child
+(for stdio jobs, one child per test). The child starts a new session, keeps
+only its pipes, drops to the untrusted uid, sets rlimits and runs the code in
+a fresh module. A function child calls the entry point once per test on
+freshly decoded inputs, in shuffled order, under a SIGALRM timer, and reports
+each output as tagged plain data on descriptor 3; the forkserver enforces
+the same per-test limit from outside (a child that ignores SIGALRM is
+killed), the job-level limit and the output caps. Afterwards it kills every
+remaining process of the job (in a sandbox: every process but itself),
+reaps them and deletes the scratch directory.
+
+Nothing here decides whether an output is right: expected values never
+reach this process.
+"""
+
+import errno
+import gc
+import importlib.util
+import io
+import json
+import math
+import os
+import random
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+import traceback
+
+# Extra time after a per-test limit before the forkserver kills a child that
+# did not stop itself (its own SIGALRM fires first).
+_GRACE_S = 0.5
+# How long the forkserver keeps killing job processes before it calls the
+# sandbox unclean (the host then replaces it).
+_KILL_TIMEOUT_S = 3.0
+# How long the pipes of a dead, killed job may stay silent before EOF.
+_DRAIN_S = 1.0
+_RESULT_FD = 3
+_PR_SET_CHILD_SUBREAPER = 36
+_TRUNCATED = "\n[... truncated]"
+
+
+def _load_wire():
+  """Loads `wire.py` from this file's directory (no package is installed)."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
+  spec = importlib.util.spec_from_file_location("_sandbox_wire", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+wire = _load_wire()
+
+
+class _TestTimeout(BaseException):
+  """Raised by the SIGALRM handler inside a child when a test runs too long."""
+
+
+def _on_alarm(signum, frame):
+  del signum, frame
+  raise _TestTimeout()
+
+
+def _text(data: bytes, limit: int) -> str:
+  """Decodes captured bytes, marking a cut at `limit`."""
+  text = bytes(data[:limit]).decode("utf-8", "replace")
+  return text + _TRUNCATED if len(data) > limit else text
+
+
+def _short(text: str, limit: int = 2000) -> str:
+  return text if len(text) <= limit else text[:limit] + _TRUNCATED
+
+
+# --- The child: runs as the untrusted uid -----------------------------------
+
+
+def _close_fds_above(keep: int) -> None:
+  try:
+    fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+  except OSError:
+    fds = list(range(keep + 1, 1024))
+  for fd in fds:
+    if fd > keep:
+      try:
+        os.close(fd)
+      except OSError:
+        pass
+
+
+def _set_limits(job: dict) -> None:
+  cpu = math.ceil(job["timeout_s"]) + 1
+  limits = [
+    (resource.RLIMIT_CORE, 0),
+    (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+    (resource.RLIMIT_AS, job["memory_mb"] << 20),
+    (resource.RLIMIT_NPROC, job["max_processes"]),
+    (resource.RLIMIT_FSIZE, job["max_file_mb"] << 20),
+    (resource.RLIMIT_NOFILE, job["max_open_files"]),
+  ]
+  for which, value in limits:
+    soft, hard = value if isinstance(value, tuple) else (value, value)
+    resource.setrlimit(which, (soft, hard))
+
+
+def _enter_child(config, scratch, stdin_fd, out_w, err_w, res_w, job):
+  """Turns a freshly forked process into a confined job process."""
+  os.setsid()
+  for target, fd in ((0, stdin_fd), (1, out_w), (2, err_w), (3, res_w)):
+    os.dup2(fd, target)
+  _close_fds_above(_RESULT_FD)
+  signal.set_wakeup_fd(-1)
+  signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+  if config["uid"] is not None:
+    os.setgroups([])
+    os.setgid(config["gid"])
+    os.setuid(config["uid"])
+  os.chdir(scratch)
+  os.umask(0o077)
+  _set_limits(job)
+  os.environ.clear()
+  sys.argv = ["main.py"]
+  sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+    io.BufferedReader(io.FileIO(0, "rb", closefd=False)),
+    encoding="utf-8",
+    errors="surrogateescape",
+  )
+  sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(1, "wb", closefd=False)),
+    encoding="utf-8",
+    errors="backslashreplace",
+  )
+  sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(2, "wb", closefd=False)),
+    encoding="utf-8",
+    errors="backslashreplace",
+    line_buffering=True,
+  )
+
+
+def _describe(exc: BaseException) -> str:
+  """`Type: message` for an exception the untrusted code raised."""
+  name = type.__dict__["__qualname__"].__get__(type(exc))
+  try:
+    message = str(exc)
+  except BaseException:
+    message = "<unprintable>"
+  return _short(f"{name}: {message}" if message else name, 1000)
+
+
+def _flush_and_exit(code: int, streams) -> None:
+  for stream in streams:
+    try:
+      stream.flush()
+    except BaseException:
+      pass
+  os._exit(code)
+
+
+def _fresh_module(name: str):
+  module = type(sys)(name)
+  module.__dict__["__builtins__"] = __builtins__
+  module.__file__ = "main.py"
+  sys.modules[name] = module
+  return module
+
+
+def _child_function(job: dict) -> None:
+  """Runs a function job's tests in this process; never returns."""
+  streams = (sys.stdout, sys.stderr)
+  send = wire.write_frame
+  encode = wire.encode
+  tests = job["tests"]
+  signal.signal(signal.SIGALRM, _on_alarm)
+  module = _fresh_module("solution")
+  try:
+    exec(compile(job["code"], "solution.py", "exec"), module.__dict__)
+    entry = module.__dict__.get(job["entry_point"])
+    if not callable(entry):
+      raise NameError(f"no callable named {job['entry_point']!r}")
+    load_error = None
+  except BaseException as e:
+    load_error = ("memory" if isinstance(e, MemoryError) else "error", e)
+  if load_error is not None:
+    status, exc = load_error
+    reason = "loading the code failed: " + _describe(exc)
+    for i in range(len(tests)):
+      send(_RESULT_FD, {"event": "result", "test": i, "status": status,
+                        "error": reason, "time_s": 0.0})  # fmt: skip
+    send(_RESULT_FD, {"event": "done"})
+    _flush_and_exit(0, streams)
+  order = list(range(len(tests)))
+  random.SystemRandom().shuffle(order)
+  for i in order:
+    frame = {"event": "result", "test": i}
+    start = time.perf_counter()
+    try:
+      args = wire.decode(tests[i]["args"])
+      kwargs = wire.decode(tests[i]["kwargs"])
+      send(_RESULT_FD, {"event": "start", "test": i})
+      signal.setitimer(signal.ITIMER_REAL, job["test_timeout_s"])
+      value = entry(*args, **kwargs)
+      frame.update(status="ok", output=encode(value))
+    except _TestTimeout:
+      frame.update(status="timeout", error="per-test time limit exceeded")
+    except MemoryError:
+      frame.update(status="memory", error="MemoryError")
+    except wire.EncodeError as e:
+      frame.update(status="bad_output", error=f"returned {e}")
+    except BaseException as e:
+      frame.update(status="error", error=_describe(e))
+    finally:
+      signal.setitimer(signal.ITIMER_REAL, 0)
+    frame["time_s"] = time.perf_counter() - start
+    send(_RESULT_FD, frame)
+  send(_RESULT_FD, {"event": "done"})
+  _flush_and_exit(0, streams)
+
+
+def _exit_code(exc: SystemExit) -> int:
+  code = exc.code
+  if code is None:
+    return 0
+  if isinstance(code, int):
+    return code & 0xFF
+  try:
+    print(code, file=sys.stderr)
+  except BaseException:
+    pass
+  return 1
+
+
+def _child_stdio(job: dict) -> None:
+  """Runs a program as `__main__` on the stdin already on fd 0."""
+  streams = (sys.stdout, sys.stderr)
+  module = _fresh_module("__main__")
+  status, code = "ok", 0
+  wire.write_frame(_RESULT_FD, {"event": "start", "test": 0})
+  try:
+    exec(compile(job["code"], "main.py", "exec"), module.__dict__)
+  except SystemExit as e:
+    code = _exit_code(e)
+  except MemoryError:
+    status, code = "memory", 1
+  except BaseException:
+    code = 1
+    try:
+      traceback.print_exc()
+    except BaseException:
+      pass
+  try:
+    wire.write_frame(_RESULT_FD, {"event": "exit", "status": status})
+  except BaseException:
+    pass
+  _flush_and_exit(code, streams)
+
+
+# --- The forkserver: runs as the sandbox's init -----------------------------
+
+
+class _EffectiveIds:
+  """Temporarily sets the effective uid/gid (no-op when `uid` is None)."""
+
+  def __init__(self, uid, gid):
+    self.uid, self.gid = uid, gid
+
+  def __enter__(self):
+    if self.uid is not None:
+      os.setegid(self.gid)
+      os.seteuid(self.uid)
+
+  def __exit__(self, *exc):
+    if self.uid is not None:
+      os.seteuid(0)
+      os.setegid(0)
+
+
+def _make_writable_and_retry(func, path, exc_info):
+  """Error hook of rmtree: a job may have made its directories unwritable."""
+  del exc_info
+  parent = os.path.dirname(path)
+  try:
+    os.chmod(parent, 0o700)
+    if os.path.isdir(path) and not os.path.islink(path):
+      os.chmod(path, 0o700)
+  except OSError:
+    return
+  try:
+    if func is os.rmdir or func is os.unlink:
+      func(path)
+    elif os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, onerror=_ignore)
+  except OSError:
+    pass
+
+
+def _ignore(func, path, exc_info):
+  del func, path, exc_info
+
+
+class _Capture:
+  """What the forkserver saw of one child process."""
+
+  def __init__(self):
+    self.stdout = bytearray()
+    self.stderr = bytearray()
+    self.frames = []
+    self.malformed = None
+    self.killed = None  # "timeout" | "output_limit" when the server killed it
+    self.exit_code = None
+    self.signal = None
+    self.in_test = None  # index of the test running when it was killed
+
+
+class ForkServer:
+  """Receives jobs on `in_fd`, answers on `out_fd`."""
+
+  def __init__(self, config: dict, in_fd: int, out_fd: int):
+    self.config = config
+    self.in_fd = in_fd
+    self.out_fd = out_fd
+    self.clean = True
+    self.wake_r, self.wake_w = os.pipe()
+    for fd in (self.wake_r, self.wake_w):
+      os.set_blocking(fd, False)
+      os.set_inheritable(fd, False)
+    signal.set_wakeup_fd(self.wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    self.statuses = {}
+
+  # -- processes --
+
+  def _reap(self) -> None:
+    """Reaps every exited child, remembering the wait status of each."""
+    while True:
+      try:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+      except ChildProcessError:
+        return
+      if pid == 0:
+        return
+      self.statuses[pid] = status
+
+  def _job_pids(self) -> list[int]:
+    me = os.getpid()
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    if self.config["kill_scope"] == "all":
+      return [p for p in pids if p != me]
+    parents = {}
+    for pid in pids:
+      try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+          fields = f.read().rsplit(b")", 1)[1].split()
+        parents[pid] = int(fields[1])
+      except (OSError, IndexError, ValueError):
+        continue
+    found, frontier = set(), {me}
+    while frontier:
+      frontier = {p for p, pp in parents.items() if pp in frontier} - found
+      found |= frontier
+    return sorted(found)
+
+  def kill_job_processes(self, pgid: int | None) -> bool:
+    """SIGKILLs and reaps every job process; False if some survived."""
+    if pgid is not None:
+      try:
+        os.killpg(pgid, signal.SIGKILL)
+      except OSError:
+        pass
+    deadline = time.monotonic() + _KILL_TIMEOUT_S
+    while True:
+      self._reap()
+      pids = self._job_pids()
+      if not pids:
+        return True
+      if time.monotonic() > deadline:
+        return False
+      for pid in pids:
+        try:
+          os.kill(pid, signal.SIGKILL)
+        except OSError:
+          pass
+      time.sleep(0.002)
+
+  def _fork(self, job, scratch, stdin_fd, target, *args):
+    """Forks a job process running `target(*args)`; returns pid and pipes."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    res_r, res_w = os.pipe()
+    # Objects that exist now are never collected in the child, so its
+    # collector does not write to (and copy) every page it inherited.
+    gc.freeze()
+    pid = os.fork()
+    if pid == 0:
+      try:
+        _enter_child(self.config, scratch, stdin_fd, out_w, err_w, res_w, job)
+        target(*args)
+      except BaseException:
+        try:
+          traceback.print_exc()
+        finally:
+          os._exit(70)
+      os._exit(70)
+    for fd in (out_w, err_w, res_w):
+      os.close(fd)
+    self._mark("fork")
+    return pid, out_r, err_r, res_r
+
+  def _supervise(self, job, pid, fds, job_deadline, budget, stdio) -> _Capture:
+    """Reads a child's pipes until it is gone, enforcing limits."""
+    out_r, err_r, res_r = fds
+    cap = _Capture()
+    buffers = {out_r: cap.stdout, err_r: cap.stderr, res_r: bytearray()}
+    limits = {
+      out_r: budget["stdout"],
+      err_r: budget["stderr"],
+      res_r: budget["result"],
+    }
+    open_fds = set(fds)
+    # A function child stops itself at its SIGALRM; a stdio program has no
+    # timer of ours inside, so the limit is enforced from here exactly.
+    test_limit = job["test_timeout_s"] + (0.0 if stdio else _GRACE_S)
+    test_deadline = time.monotonic() + test_limit if stdio else None
+    exited = False
+    while open_fds and cap.killed is None:
+      if not exited:
+        self._reap()
+        exited = pid in self.statuses
+        if exited:
+          self._mark("run")
+          # The job process is gone: nothing of the job may outlive it, and
+          # the pipes reach end of file only once every writer is dead.
+          self.clean &= self.kill_job_processes(pid)
+      now = time.monotonic()
+      deadline = job_deadline
+      if test_deadline is not None:
+        deadline = min(deadline, test_deadline)
+      if now >= deadline and not exited:
+        cap.killed = "timeout"
+        break
+      # Once the job is dead and killed, its pipes end at once; a writer
+      # that survived the kill must not hang the server.
+      wait = _DRAIN_S if exited else max(0.0, deadline - now)
+      ready, _, _ = select.select([*open_fds, self.wake_r], [], [], wait)
+      if exited and not ready:
+        break
+      for fd in ready:
+        if fd == self.wake_r:
+          try:
+            os.read(self.wake_r, 4096)
+          except BlockingIOError:
+            pass
+          continue
+        data = os.read(fd, 65536)
+        if not data:
+          open_fds.discard(fd)
+          os.close(fd)
+          continue
+        buffers[fd] += data
+        if len(buffers[fd]) > limits[fd]:
+          cap.killed = "output_limit"
+        if fd == res_r and cap.malformed is None:
+          try:
+            frames = wire.split_frames(buffers[res_r], budget["result"])
+          except wire.FrameError as e:
+            cap.malformed = str(e)
+            frames = []
+          for frame in frames:
+            if not isinstance(frame, dict):
+              cap.malformed = "a result frame is not an object"
+              break
+            cap.frames.append(frame)
+            event = frame.get("event")
+            if event == "start" and not stdio:
+              test_deadline = time.monotonic() + test_limit
+              cap.in_test = frame.get("test")
+            elif event == "result" and not stdio:
+              test_deadline = None
+              cap.in_test = None
+    for fd in open_fds:
+      os.close(fd)
+    self.clean &= self.kill_job_processes(pid)
+    self._mark("reap")
+    status = self.statuses.pop(pid, None)
+    if status is not None:
+      if os.WIFSIGNALED(status):
+        cap.signal = os.WTERMSIG(status)
+      else:
+        cap.exit_code = os.waitstatus_to_exitcode(status)
+    self.statuses.clear()
+    return cap
+
+  # -- jobs --
+
+  def _mark(self, phase: str) -> None:
+    """Adds the time since the previous mark to `phases[phase]`."""
+    now = time.monotonic()
+    self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last_mark
+    self._last_mark = now
+
+  def _as_job_user(self):
+    """Context in which files are made and removed as the untrusted uid.
+
+    The scratch root belongs to that uid, and the forkserver has no
+    CAP_CHOWN or CAP_DAC_OVERRIDE: it switches its effective ids instead
+    (CAP_SETUID/CAP_SETGID), so a job can neither see nor keep files that
+    the next job's scratch directory could meet.
+    """
+    return _EffectiveIds(self.config["uid"], self.config["gid"])
+
+  def _scratch(self) -> str:
+    root = self.config["scratch_root"]
+    path = os.path.join(root, os.urandom(8).hex())
+    with self._as_job_user():
+      os.chmod(root, 0o700)  # a job owns the root and may have changed it
+      os.mkdir(path, 0o700)
+    return path
+
+  def _wipe_scratch_root(self) -> bool:
+    """Deletes everything under the scratch root; True when it is empty."""
+    root = self.config["scratch_root"]
+    with self._as_job_user():
+      os.chmod(root, 0o700)
+      for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+          shutil.rmtree(path, onerror=_make_writable_and_retry)
+        else:
+          try:
+            os.unlink(path)
+          except FileNotFoundError:
+            pass
+      return not os.listdir(root)
+
+  def _stdin_fd(self, data: str) -> int:
+    """A descriptor positioned at the start of `data`, for a child's stdin."""
+    fd = os.memfd_create("stdin", 0)
+    view = memoryview(data.encode("utf-8", "surrogateescape"))
+    while view:
+      view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+  def run_job(self, job: dict) -> dict:
+    """Runs one job; returns the reply frame (outputs, statuses, streams)."""
+    start = time.monotonic()
+    self.phases = {}
+    self._last_mark = start
+    job_deadline = start + job["timeout_s"]
+    cap_bytes = job["max_output_bytes"]
+    budget = {"stdout": cap_bytes, "stderr": cap_bytes, "result": cap_bytes}
+    scratch = self._scratch()
+    self._mark("scratch")
+    try:
+      if job["kind"] == "function":
+        reply = self._run_function(job, scratch, job_deadline, budget)
+      else:
+        reply = self._run_stdio(job, scratch, job_deadline, budget)
+    finally:
+      self.clean &= self.kill_job_processes(None)
+      self.clean &= self._wipe_scratch_root()
+      self._mark("cleanup")
+    reply.update(
+      id=job["id"],
+      duration_s=time.monotonic() - start,
+      clean=self.clean,
+      phases_s=self.phases,
+    )
+    return reply
+
+  def _run_function(self, job, scratch, job_deadline, budget) -> dict:
+    stdin_fd = os.open("/dev/null", os.O_RDONLY)
+    try:
+      pid, *fds = self._fork(job, scratch, stdin_fd, _child_function, job)
+    finally:
+      os.close(stdin_fd)
+    cap = self._supervise(job, pid, fds, job_deadline, budget, stdio=False)
+    n = len(job["tests"])
+    tests = [None] * n
+    done = False
+    for frame in cap.frames:
+      if frame.get("event") == "done":
+        done = True
+      index = frame.get("test")
+      if (
+        frame.get("event") == "result"
+        and type(index) is int
+        and 0 <= index < n
+        and tests[index] is None
+      ):
+        tests[index] = {
+          "status": frame.get("status"),
+          "output": frame.get("output"),
+          "error": frame.get("error", ""),
+          "time_s": frame.get("time_s", 0.0),
+        }
+    if cap.killed == "timeout" and type(cap.in_test) is int:
+      if 0 <= cap.in_test < n and tests[cap.in_test] is None:
+        tests[cap.in_test] = {
+          "status": "timeout",
+          "output": None,
+          "error": "killed at the per-test or job time limit",
+          "time_s": 0.0,
+        }
+    missing = "not run: the job process stopped first"
+    tests = [
+      t or {"status": "not_run", "output": None, "error": missing}
+      for t in tests
+    ]
+    status, reason = _job_status(cap, done, tests)
+    return {
+      "status": status,
+      "reason": reason,
+      "exit_code": cap.exit_code,
+      "signal": cap.signal,
+      "stdout": _text(cap.stdout, budget["stdout"]),
+      "stderr": _text(cap.stderr, budget["stderr"]),
+      "tests": tests,
+    }
+
+  def _run_stdio(self, job, scratch, job_deadline, budget) -> dict:
+    tests, stderrs = [], []
+    exit_code = None
+    killed = None
+    for test in job["tests"]:
+      if killed is not None or time.monotonic() >= job_deadline:
+        tests.append({"status": "not_run", "stdout": "", "exit_code": None,
+                      "error": "not run: the job stopped first"})  # fmt: skip
+        continue
+      started = time.monotonic()
+      stdin_fd = self._stdin_fd(test["stdin"])
+      try:
+        pid, *fds = self._fork(job, scratch, stdin_fd, _child_stdio, job)
+      finally:
+        os.close(stdin_fd)
+      cap = self._supervise(job, pid, fds, job_deadline, budget, stdio=True)
+      for name in ("stdout", "stderr"):
+        budget[name] -= len(getattr(cap, name))
+      stderrs.append(cap.stderr)
+      status, error = _stdio_status(cap)
+      if cap.killed is not None:
+        killed = cap.killed
+      if exit_code in (None, 0):
+        exit_code = cap.exit_code
+      tests.append({
+        "status": status,
+        "stdout": _text(cap.stdout, job["max_output_bytes"]),
+        "exit_code": cap.exit_code,
+        "error": error,
+        "time_s": time.monotonic() - started,
+      })  # fmt: skip
+    statuses = [t["status"] for t in tests]
+    status, reason = "ok", ""
+    for name, job_status in (
+      ("output_limit", "output_limit"),
+      ("timeout", "timeout"),
+      ("memory", "memory"),
+      ("error", "crash"),
+    ):
+      if name in statuses:
+        status = job_status
+        reason = tests[statuses.index(name)]["error"]
+        break
+    cap_bytes = job["max_output_bytes"]
+    return {
+      "status": status,
+      "reason": reason,
+      "exit_code": exit_code,
+      "signal": None,
+      # Each test carries its own stdout; the host joins them.
+      "stdout": "",
+      "stderr": _text(b"".join(stderrs), cap_bytes),
+      "tests": tests,
+    }
+
+  def serve(self) -> None:
+    """Answers jobs until end of file on the input."""
+    wire.write_frame(
+      self.out_fd,
+      {
+        "event": "ready",
+        "pid": os.getpid(),
+        "uid": os.getuid(),
+        "python": sys.version.split()[0],
+      },
+    )
+    while True:
+      job = wire.read_frame(self.in_fd)
+      if job is None:
+        break
+      try:
+        reply = self.run_job(job)
+      except Exception:
+        self.clean = False
+        reply = {
+          "id": job.get("id") if isinstance(job, dict) else None,
+          "status": "sandbox_error",
+          "reason": _short(traceback.format_exc()),
+          "clean": False,
+        }
+      wire.write_frame(self.out_fd, reply)
+    self.kill_job_processes(None)
+
+
+def _signal_name(signum: int) -> str:
+  try:
+    return signal.Signals(signum).name
+  except ValueError:
+    return f"signal {signum}"
+
+
+def _job_status(cap: _Capture, done: bool, tests: list) -> tuple[str, str]:
+  """The job status of a function job, worst first, and why."""
+  if cap.killed == "output_limit":
+    return "output_limit", "output exceeded max_output_bytes"
+  if cap.killed == "timeout":
+    return "timeout", "killed at the per-test or job time limit"
+  if cap.signal == signal.SIGXCPU:
+    return "timeout", "CPU time limit exceeded"
+  if cap.malformed is not None:
+    return "crash", f"malformed result stream: {cap.malformed}"
+  if not done:
+    how = (
+      f"killed by {_signal_name(cap.signal)}"
+      if cap.signal is not None
+      else f"exit code {cap.exit_code}"
+    )
+    return "crash", f"the job process ended ({how}) before finishing"
+  statuses = [t["status"] for t in tests]
+  for name in ("timeout", "memory"):
+    if name in statuses:
+      return name, tests[statuses.index(name)]["error"]
+  return "ok", ""
+
+
+def _stdio_status(cap: _Capture) -> tuple[str, str]:
+  """The status of one stdio test run, and why."""
+  if cap.killed == "output_limit":
+    return "output_limit", "output exceeded max_output_bytes"
+  if cap.killed == "timeout":
+    return "timeout", "killed at the per-test or job time limit"
+  if cap.signal == signal.SIGXCPU:
+    return "timeout", "CPU time limit exceeded"
+  if any(f.get("status") == "memory" for f in cap.frames):
+    return "memory", "MemoryError"
+  if cap.signal is not None:
+    return "error", f"killed by {_signal_name(cap.signal)}"
+  if cap.exit_code != 0:
+    return "error", f"exit code {cap.exit_code}"
+  return "ok", ""
+
+
+def _become_subreaper() -> bool:
+  """Orphans of job processes re-parent to us (Linux); False elsewhere."""
+  try:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+  except (OSError, AttributeError):
+    return False
+
+
+def main(argv: list[str]) -> int:
+  """Serves jobs with the config JSON in argv[1]; returns the exit code."""
+  config = json.loads(argv[1])
+  # Keep the protocol pipes on private descriptors; 0/1 become /dev/null so
+  # nothing printed by accident corrupts a frame.
+  in_fd, out_fd = os.dup(0), os.dup(1)
+  null = os.open("/dev/null", os.O_RDWR)
+  os.dup2(null, 0)
+  os.dup2(null, 1)
+  os.close(null)
+  if config["kill_scope"] == "descendants" and not _become_subreaper():
+    print("guest: cannot become a child subreaper", file=sys.stderr)
+  try:
+    ForkServer(config, in_fd, out_fd).serve()
+  except OSError as e:
+    if e.errno != errno.EPIPE:
+      raise
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))

@@ -1,0 +1,273 @@
+"""`SandboxPool`: N warm sandboxes behind a thread-safe `submit`, and flags.
+
+  config = harness.config_from_flags()          # or SandboxConfig(...)
+  with harness.SandboxPool(config) as pool:
+    result = pool.submit(jobs.Job.function(code, "f", inputs)).result()
+
+Each worker thread owns one sandbox (a `GuestProcess` from the gVisor or
+process launcher) and runs one job at a time on it. A sandbox is replaced
+after `recycle_after` jobs, when the forkserver reports that it could not
+clean up after a job, and on any `SandboxError` (it died, hung or broke the
+protocol); the job in flight is then reported as `sandbox_error`, and the
+next job gets a fresh sandbox. Replacements start right after the result is
+delivered, so the pool stays warm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+import concurrent.futures
+import itertools
+import logging
+import queue
+import sys
+import threading
+import time
+
+from absl import flags
+
+from codeagent_rl.sandbox import config as config_lib
+from codeagent_rl.sandbox import gvisor
+from codeagent_rl.sandbox import jobs
+from codeagent_rl.sandbox import worker
+
+_D = config_lib.SandboxConfig()
+
+_BACKEND = flags.DEFINE_enum(
+  "sandbox_backend",
+  _D.backend,
+  config_lib.BACKENDS,
+  "gvisor: each worker owns a warm gVisor (runsc) sandbox. process: plain"
+  " subprocesses with rlimits only, for machines without gVisor (no"
+  " isolation of files, network or processes; prints a warning).",
+)
+_POOL_SIZE = flags.DEFINE_integer(
+  "sandbox_pool_size", _D.pool_size, "Warm sandboxes (parallel jobs)."
+)
+_TIMEOUT_S = flags.DEFINE_float(
+  "sandbox_timeout_s", _D.timeout_s, "Wall-clock limit of one job."
+)
+_TEST_TIMEOUT_S = flags.DEFINE_float(
+  "sandbox_test_timeout_s",
+  _D.test_timeout_s,
+  "Wall-clock limit of one test within a job.",
+)
+_MEMORY_MB = flags.DEFINE_integer(
+  "sandbox_memory_mb",
+  _D.memory_mb,
+  "Address-space limit (RLIMIT_AS) of each job process, in MiB.",
+)
+_MAX_OUTPUT_BYTES = flags.DEFINE_integer(
+  "sandbox_max_output_bytes",
+  _D.max_output_bytes,
+  "Cap on a job's stdout, stderr and returned data (each); past it the job"
+  " is killed with status output_limit.",
+)
+_RECYCLE_AFTER = flags.DEFINE_integer(
+  "sandbox_recycle_after",
+  _D.recycle_after,
+  "Replace a sandbox after this many jobs.",
+)
+_RUNSC_PATH = flags.DEFINE_string(
+  "runsc_path", _D.runsc_path, "The gVisor runsc binary (name or path)."
+)
+_RUNSC_PLATFORM = flags.DEFINE_enum(
+  "runsc_platform",
+  _D.runsc_platform,
+  config_lib.PLATFORMS,
+  "gVisor platform; ptrace works everywhere (kvm hung where measured).",
+)
+_PYTHON = flags.DEFINE_string(
+  "sandbox_python",
+  _D.python,
+  "Interpreter bound into the sandbox (and run by the process backend).",
+)
+
+PROCESS_BACKEND_WARNING = """
+************************************************************************
+WARNING: --sandbox_backend=process runs untrusted code as plain host
+subprocesses with rlimits only. There is NO isolation of the file system,
+the network, the environment of other processes or the process table.
+Use it only on a machine without gVisor (Colab, macOS) and never on
+code you would not run yourself. Install gVisor: apt-get install -y runsc
+************************************************************************
+"""
+
+
+def config_from_flags(**overrides) -> config_lib.SandboxConfig:
+  """The `SandboxConfig` of the parsed absl flags (ValueError names a flag).
+
+  Args:
+    **overrides: fields to set regardless of the flags (e.g. pool_size=1).
+  """
+  values = {
+    "backend": _BACKEND.value,
+    "pool_size": _POOL_SIZE.value,
+    "timeout_s": _TIMEOUT_S.value,
+    "test_timeout_s": _TEST_TIMEOUT_S.value,
+    "memory_mb": _MEMORY_MB.value,
+    "max_output_bytes": _MAX_OUTPUT_BYTES.value,
+    "recycle_after": _RECYCLE_AFTER.value,
+    "runsc_path": _RUNSC_PATH.value,
+    "runsc_platform": _RUNSC_PLATFORM.value,
+    "python": _PYTHON.value,
+  }
+  values.update(overrides)
+  return config_lib.SandboxConfig(**values)
+
+
+def make_launcher(config: config_lib.SandboxConfig):
+  """The launcher of `config.backend` (warns loudly for "process").
+
+  Raises:
+    gvisor.RunscNotFoundError: backend "gvisor" without runsc.
+  """
+  if config.backend == "process":
+    logging.warning(PROCESS_BACKEND_WARNING)
+    print(PROCESS_BACKEND_WARNING, file=sys.stderr)
+    return worker.ProcessLauncher(config)
+  return gvisor.GVisorLauncher(config)
+
+
+class SandboxPool:
+  """`pool_size` warm sandboxes; `submit` is thread-safe.
+
+  Attributes:
+    config: the `SandboxConfig`.
+    stats: counters ("jobs", "sandboxes_started", "sandbox_errors",
+      "recycled"), for tests and benchmarks.
+  """
+
+  def __init__(self, config: config_lib.SandboxConfig):
+    """Starts every sandbox and waits until each is ready.
+
+    Raises:
+      gvisor.RunscNotFoundError: backend "gvisor" without runsc.
+      worker.SandboxError: a sandbox did not start.
+    """
+    self.config = config
+    self.stats = {
+      "jobs": 0,
+      "sandboxes_started": 0,
+      "sandbox_errors": 0,
+      "recycled": 0,
+    }
+    self._stats_lock = threading.Lock()
+    self._ids = itertools.count(1)
+    self._queue: queue.SimpleQueue = queue.SimpleQueue()
+    self._closed = False
+    self._close_lock = threading.Lock()
+    self._launcher = make_launcher(config)
+    started = [concurrent.futures.Future() for _ in range(config.pool_size)]
+    # Each worker starts its own sandbox: PR_SET_PDEATHSIG ties a sandbox to
+    # the thread that started it, and workers live as long as the pool.
+    self._threads = [
+      threading.Thread(
+        target=self._work,
+        args=(started[i],),
+        name=f"sandbox-worker-{i}",
+        daemon=True,
+      )
+      for i in range(config.pool_size)
+    ]
+    for thread in self._threads:
+      thread.start()
+    errors = [f.exception() for f in started]
+    if any(errors):
+      self.close()
+      raise next(e for e in errors if e is not None)
+
+  def _count(self, key: str) -> None:
+    with self._stats_lock:
+      self.stats[key] += 1
+
+  def _launch(self) -> worker.GuestProcess:
+    guest = self._launcher.launch()
+    self._count("sandboxes_started")
+    return guest
+
+  def _work(self, started: concurrent.futures.Future) -> None:
+    try:
+      guest = self._launch()
+    except BaseException as e:  # reported to __init__
+      started.set_exception(e)
+      return
+    started.set_result(None)
+    uses = 0
+    while True:
+      item = self._queue.get()
+      if item is None:
+        break
+      job, future = item
+      if not future.set_running_or_notify_cancel():
+        continue
+      start = time.monotonic()
+      try:
+        if guest is None:
+          guest = self._launch()
+          uses = 0
+        frame = job.to_frame(next(self._ids), self.config)
+        reply = guest.run(frame, frame["timeout_s"])
+        result = jobs.result_from_reply(reply, job)
+        uses += 1
+        if reply.get("clean") is not True or uses >= self.config.recycle_after:
+          self._count("recycled")
+          guest.close()
+          guest = None
+      except (worker.SandboxError, OSError) as e:
+        logging.warning("sandbox replaced after an error: %s", e)
+        self._count("sandbox_errors")
+        if guest is not None:
+          guest.close()
+          guest = None
+        result = jobs.sandbox_error_result(
+          job, str(e), time.monotonic() - start
+        )
+      except BaseException as e:  # a bug, or inputs that cannot be encoded
+        future.set_exception(e)
+        continue
+      self._count("jobs")
+      future.set_result(result)
+      if guest is None:
+        try:
+          guest = self._launch()
+          uses = 0
+        except Exception:  # retried when the next job arrives
+          logging.exception("could not start a replacement sandbox")
+    if guest is not None:
+      guest.close()
+
+  def submit(self, job: jobs.Job) -> concurrent.futures.Future:
+    """Queues a job; the future resolves to its `JobResult`."""
+    if self._closed:
+      raise RuntimeError("SandboxPool is closed.")
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    self._queue.put((job, future))
+    return future
+
+  def run(self, job: jobs.Job) -> jobs.JobResult:
+    """Runs one job and waits for it."""
+    return self.submit(job).result()
+
+  def map(self, job_list: Iterable[jobs.Job]) -> list[jobs.JobResult]:
+    """Runs jobs in parallel; results in input order."""
+    futures = [self.submit(job) for job in job_list]
+    return [f.result() for f in futures]
+
+  def close(self) -> None:
+    """Finishes queued jobs, stops every sandbox and cleans up."""
+    with self._close_lock:
+      if self._closed:
+        return
+      self._closed = True
+    for _ in self._threads:
+      self._queue.put(None)
+    for thread in self._threads:
+      thread.join()
+    self._launcher.close()
+
+  def __enter__(self) -> SandboxPool:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

@@ -1,0 +1,1 @@
+"""Task schema and JSONL io (synthetic and HumanEval loaders arrive later)."""

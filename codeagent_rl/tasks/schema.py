@@ -1,0 +1,279 @@
+"""The task format: a frozen `Task`, JSONL reading and writing, validation.
+
+One task per line (DESIGN.md, "Data contracts"):
+
+  {"task_id": "add", "prompt": "...", "entry_point": "add",
+   "kind": "function",
+   "visible_tests": [{"args": [1, 2], "expected": 3}],
+   "hidden_tests": [{"args": [2, 2], "kwargs": {}, "expected": 4},
+                    {"args": [5, 7], "checker": "<python source>"}],
+   "heldout_tests": [...], "reference_solution": "def add(a, b): ...",
+   "metadata": {}}
+
+A function test is `{"args": [...], "kwargs": {...}, "expected": value}` or
+`{"args": [...], "kwargs": {...}, "checker": source}`; `kwargs` may be left
+out. A checker is trusted Python run on the host only; it must define
+`check(args, kwargs, output) -> bool`. A stdio test is `{"stdin": str,
+"expected_stdout": str}`. Stdio tasks have `"entry_point": null`.
+
+Values JSON cannot express (tuples, sets, non-finite floats, dicts with
+non-string keys) use the tagged encoding of `codeagent_rl.sandbox.wire`,
+the same one sandbox results use. Reading decodes them; writing encodes them.
+Every error names the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+import dataclasses
+import json
+import keyword
+import os
+from typing import Any
+
+from codeagent_rl.sandbox import wire
+
+KINDS = ("function", "stdio")
+SUITES = ("visible_tests", "hidden_tests", "heldout_tests")
+FIELDS = (
+  "task_id",
+  "prompt",
+  "entry_point",
+  "kind",
+  "visible_tests",
+  "hidden_tests",
+  "heldout_tests",
+  "reference_solution",
+  "metadata",
+)
+_FUNCTION_TEST_KEYS = {"args", "kwargs", "expected", "checker"}
+_STDIO_TEST_KEYS = {"stdin", "expected_stdout"}
+
+
+class TaskFormatError(ValueError):
+  """A task file or task is malformed; the message names where."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One task, with tagged values already decoded.
+
+  Attributes:
+    task_id: unique within a file.
+    prompt: what the policy sees.
+    entry_point: the function to call (function tasks); None for stdio.
+    kind: "function" or "stdio".
+    visible_tests: tests the prompt may show.
+    hidden_tests: suite A, the reward.
+    heldout_tests: suite B, the anti-cheat gate (stage 2).
+    reference_solution: a correct solution; never shown to the policy.
+    metadata: free-form JSON object (source, difficulty, ...).
+  """
+
+  task_id: str
+  prompt: str
+  entry_point: str | None
+  kind: str
+  visible_tests: tuple[dict, ...]
+  hidden_tests: tuple[dict, ...]
+  heldout_tests: tuple[dict, ...]
+  reference_solution: str
+  metadata: dict
+
+  def __post_init__(self):
+    for suite in SUITES:
+      tests = getattr(self, suite)
+      if isinstance(tests, list):
+        object.__setattr__(self, suite, tuple(tests))
+    validate(self)
+
+
+def _check_value(value: Any, where: str) -> None:
+  """Values must be plain data the tagged encoding can carry."""
+  try:
+    wire.encode(value)
+  except wire.EncodeError as e:
+    raise TaskFormatError(f"{where}: {e}") from None
+
+
+def _validate_function_test(test: Any, where: str) -> None:
+  if not isinstance(test, dict):
+    raise TaskFormatError(f"{where}: a function test must be an object.")
+  unknown = set(test) - _FUNCTION_TEST_KEYS
+  if unknown:
+    raise TaskFormatError(
+      f"{where}: unknown keys {sorted(unknown)} in a function test (kind"
+      f" 'function' takes {sorted(_FUNCTION_TEST_KEYS)})."
+    )
+  if "args" not in test:
+    raise TaskFormatError(f"{where}.args: missing.")
+  if type(test["args"]) is not list:
+    raise TaskFormatError(f"{where}.args: must be a JSON array.")
+  _check_value(test["args"], f"{where}.args")
+  kwargs = test.get("kwargs", {})
+  if type(kwargs) is not dict or not all(type(k) is str for k in kwargs):
+    raise TaskFormatError(f"{where}.kwargs: must be an object of str keys.")
+  _check_value(kwargs, f"{where}.kwargs")
+  has_expected, has_checker = "expected" in test, "checker" in test
+  if has_expected == has_checker:
+    raise TaskFormatError(
+      f"{where}: needs exactly one of 'expected' and 'checker'."
+    )
+  if has_expected:
+    _check_value(test["expected"], f"{where}.expected")
+  else:
+    checker = test["checker"]
+    if not isinstance(checker, str) or not checker.strip():
+      raise TaskFormatError(f"{where}.checker: must be Python source.")
+    try:
+      compile(checker, f"{where}.checker", "exec")
+    except SyntaxError as e:
+      raise TaskFormatError(
+        f"{where}.checker: syntax error at line {e.lineno}: {e.msg}."
+      ) from None
+
+
+def _validate_stdio_test(test: Any, where: str) -> None:
+  if not isinstance(test, dict):
+    raise TaskFormatError(f"{where}: a stdio test must be an object.")
+  if set(test) != _STDIO_TEST_KEYS:
+    raise TaskFormatError(
+      f"{where}: a stdio test has exactly the keys"
+      f" {sorted(_STDIO_TEST_KEYS)}; got {sorted(test)}."
+    )
+  for key in sorted(_STDIO_TEST_KEYS):
+    if not isinstance(test[key], str):
+      raise TaskFormatError(f"{where}.{key}: must be a string.")
+
+
+def validate(task: Task, where: str = "task") -> None:
+  """Raises `TaskFormatError` naming the field of anything malformed."""
+  if not isinstance(task.task_id, str) or not task.task_id:
+    raise TaskFormatError(f"{where}: task_id: must be a non-empty string.")
+  where = f"{where} {task.task_id!r}"
+  for name in ("prompt", "reference_solution"):
+    if not isinstance(getattr(task, name), str):
+      raise TaskFormatError(f"{where}: {name}: must be a string.")
+  if task.kind not in KINDS:
+    raise TaskFormatError(
+      f"{where}: kind: {task.kind!r} is not one of {KINDS}."
+    )
+  if task.kind == "function":
+    entry = task.entry_point
+    if not (
+      isinstance(entry, str)
+      and entry.isidentifier()
+      and not keyword.iskeyword(entry)
+    ):
+      raise TaskFormatError(
+        f"{where}: entry_point: a function task needs a Python identifier,"
+        f" got {entry!r}."
+      )
+  elif task.entry_point is not None:
+    raise TaskFormatError(
+      f"{where}: entry_point: must be null for a stdio task, got"
+      f" {task.entry_point!r}."
+    )
+  check = (
+    _validate_function_test if task.kind == "function" else _validate_stdio_test
+  )
+  for suite in SUITES:
+    tests = getattr(task, suite)
+    if not isinstance(tests, tuple | list):
+      raise TaskFormatError(f"{where}: {suite}: must be a list of tests.")
+    for i, test in enumerate(tests):
+      check(test, f"{where}: {suite}[{i}]")
+  if not task.hidden_tests:
+    raise TaskFormatError(f"{where}: hidden_tests: needs at least one test.")
+  if not isinstance(task.metadata, dict):
+    raise TaskFormatError(f"{where}: metadata: must be an object.")
+  try:
+    json.dumps(task.metadata, allow_nan=False)
+  except (TypeError, ValueError) as e:
+    raise TaskFormatError(f"{where}: metadata: not plain JSON ({e}).") from None
+
+
+def task_from_json(obj: Any, where: str = "task") -> Task:
+  """Builds a `Task` from one parsed JSON line (tagged values decoded).
+
+  Raises:
+    TaskFormatError: naming `where` and the field.
+  """
+  if not isinstance(obj, dict):
+    raise TaskFormatError(f"{where}: a task must be a JSON object.")
+  missing = [f for f in FIELDS if f not in obj]
+  if missing:
+    raise TaskFormatError(f"{where}: missing field(s) {missing}.")
+  unknown = sorted(set(obj) - set(FIELDS))
+  if unknown:
+    raise TaskFormatError(f"{where}: unknown field(s) {unknown}.")
+  values = dict(obj)
+  for suite in SUITES:
+    tests = obj[suite]
+    if not isinstance(tests, list):
+      raise TaskFormatError(f"{where}: {suite}: must be a list of tests.")
+    decoded = []
+    for i, test in enumerate(tests):
+      try:
+        decoded.append(wire.decode(test))
+      except wire.DecodeError as e:
+        raise TaskFormatError(f"{where}: {suite}[{i}]: {e}.") from None
+    values[suite] = tuple(decoded)
+  try:
+    return Task(**values)
+  except TaskFormatError as e:
+    raise TaskFormatError(f"{where}: {e}") from None
+
+
+def task_to_json(task: Task) -> dict:
+  """The JSON object of a task (tagged values encoded)."""
+  out = {name: getattr(task, name) for name in FIELDS}
+  for suite in SUITES:
+    out[suite] = [wire.encode(test) for test in getattr(task, suite)]
+  return out
+
+
+def read_tasks(path: str | os.PathLike) -> list[Task]:
+  """Reads a JSONL task file; blank lines are skipped.
+
+  Raises:
+    TaskFormatError: naming the file, line and field of the first problem
+      (bad JSON, a malformed task, a duplicate task_id).
+  """
+  tasks, first_line = [], {}
+  with open(path, encoding="utf-8") as f:
+    for lineno, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      where = f"{os.fspath(path)}:{lineno}"
+      try:
+        obj = wire.loads(line)
+      except (ValueError, RecursionError) as e:
+        raise TaskFormatError(f"{where}: not valid JSON: {e}.") from None
+      task = task_from_json(obj, where)
+      if task.task_id in first_line:
+        raise TaskFormatError(
+          f"{where}: task_id: {task.task_id!r} duplicates line"
+          f" {first_line[task.task_id]}."
+        )
+      first_line[task.task_id] = lineno
+      tasks.append(task)
+  return tasks
+
+
+def write_tasks(path: str | os.PathLike, tasks: Iterable[Task]) -> None:
+  """Writes tasks as JSONL (one line each, tagged values encoded).
+
+  Raises:
+    TaskFormatError: on a duplicate task_id (nothing is written).
+  """
+  lines, seen = [], set()
+  for i, task in enumerate(tasks):
+    if task.task_id in seen:
+      raise TaskFormatError(
+        f"{os.fspath(path)}: task {i}: task_id: duplicate {task.task_id!r}."
+      )
+    seen.add(task.task_id)
+    lines.append(wire.dumps(task_to_json(task)) + "\n")
+  with open(path, "w", encoding="utf-8") as f:
+    f.writelines(lines)

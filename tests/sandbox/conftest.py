@@ -1,0 +1,54 @@
+"""Shared sandbox fixtures: one warm pool per xdist worker and backend.
+
+Starting a gVisor sandbox takes about a second, so tests share pools; a test
+that needs its own sandbox (cleanup, crash detection) starts one itself.
+The security pool has one worker, so "the next job" of a test runs on the
+sandbox the attack ran in (or on its replacement, when that is the point).
+"""
+
+import dataclasses
+import os
+import secrets
+
+import pytest
+
+from codeagent_rl.sandbox import config as config_lib
+from codeagent_rl.sandbox import harness
+
+# Set before any pool starts: a job must never see it (the pool passes an
+# empty environment to runsc, and the OCI spec has an empty env).
+ENV_CANARY_NAME = "CODEAGENT_SANDBOX_TEST_CANARY"
+ENV_CANARY = "env-canary-" + secrets.token_hex(8)
+os.environ[ENV_CANARY_NAME] = ENV_CANARY
+
+# Short limits keep attack tests fast; they are still far above what the
+# benign jobs in these tests need.
+TEST_CONFIG = config_lib.SandboxConfig(
+  backend="gvisor",
+  pool_size=1,
+  timeout_s=4.0,
+  test_timeout_s=1.0,
+  memory_mb=256,
+  max_output_bytes=64 << 10,
+  scratch_mb=32,
+  max_file_mb=8,
+)
+
+
+@pytest.fixture(scope="session")
+def env_canary():
+  """(name, value) of a variable in the host environment of every pool."""
+  return ENV_CANARY_NAME, ENV_CANARY
+
+
+@pytest.fixture(scope="session")
+def gvisor_pool():
+  with harness.SandboxPool(TEST_CONFIG) as pool:
+    yield pool
+
+
+@pytest.fixture(scope="session")
+def process_pool():
+  config = dataclasses.replace(TEST_CONFIG, backend="process")
+  with harness.SandboxPool(config) as pool:
+    yield pool
