@@ -63,3 +63,15 @@ def get_rl_config() -> ml_collections.ConfigDict:
   # "k1", "k2" or "k3" (Schulman 2020). Use "k3" with placement="loss".
   rl.kl.estimator = "k1"
   return rl
+
+
+def get_checkpoint_config() -> ml_collections.ConfigDict:
+  """The `checkpoint` section (codeagent_rl/parallel/checkpoint.py)."""
+  checkpoint = ml_collections.ConfigDict()
+  # How many of the latest checkpoints to keep; older ones are deleted.
+  checkpoint.keep = 3
+  # Save when the global step is a multiple of this (and on preemption).
+  checkpoint.save_every = 100
+  # Write files in a background thread (close() and exit wait for them).
+  checkpoint.async_save = True
+  return checkpoint

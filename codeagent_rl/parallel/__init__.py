@@ -1,0 +1,1 @@
+"""Device mesh, logical-axis rules, sharded train states and checkpointing."""
