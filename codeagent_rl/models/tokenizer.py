@@ -264,7 +264,8 @@ class ByteTokenizer(Tokenizer):
   Ids: `0 .. len(SPECIAL_TOKENS) - 1` are `SPECIAL_TOKENS` in order (pad = 0);
   ids up to `NUM_RESERVED_SPECIAL_IDS` are reserved for future protocol
   tokens and decode to nothing; the next 256 are the bytes 0x00..0xff; the
-  rest, up to `vocab_size`, are padding. `decode(encode(s)) == s` for every valid Unicode string.
+  rest, up to `vocab_size`, are padding. `decode(encode(s)) == s` for every
+  valid Unicode string.
   """
 
   def __init__(self, pad_vocab_to_multiple: int = 1):

@@ -509,11 +509,3 @@ def test_unwritable_directory_is_explained(tmp_path):
   blocker.write_text("")
   with pytest.raises(OSError, match="a_file/ckpt is not writable"):
     checkpoint.Checkpointer(blocker / "ckpt", SYNC)
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permissions")
-def test_read_only_permissions_are_explained(tmp_path):
-  locked = tmp_path / "locked"
-  locked.mkdir(mode=0o500)
-  with pytest.raises(PermissionError, match="locked is not writable"):
-    checkpoint.Checkpointer(locked, SYNC)
