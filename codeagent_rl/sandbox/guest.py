@@ -15,16 +15,28 @@ A job is `{"id", "kind": "function" | "stdio", "code", "entry_point",
 "max_processes", "max_file_mb", "max_open_files"}`. Function tests carry
 tagged `args` / `kwargs`, stdio tests a `stdin` string: test *inputs* only.
 
-For each job the forkserver makes a fresh scratch directory and forks a child
-(for stdio jobs, one child per test). The child starts a new session, keeps
-only its pipes, drops to the untrusted uid, sets rlimits and runs the code in
-a fresh module. A function child calls the entry point once per test on
-freshly decoded inputs, in shuffled order, under a SIGALRM timer, and reports
-each output as tagged plain data on descriptor 3; the forkserver enforces
-the same per-test limit from outside (a child that ignores SIGALRM is
-killed), the job-level limit and the output caps. Afterwards it kills every
-remaining process of the job (in a sandbox: every process but itself),
-reaps them and deletes the scratch directory.
+Three kinds of process take part:
+
+- the *server* (this file's `ForkServer`, the sandbox's init) reads jobs,
+  supervises job processes and writes replies: every byte of every job and
+  output passes through its memory;
+- the *zygote*, forked from the server before the first job, never sees job
+  data: on request it forks a *spare* child and hands the spare's pipes to
+  the server (SCM_RIGHTS), so a job process inherits clean memory only, never
+  the residue of earlier jobs or their outputs (a forked server would leak
+  them); it also reports its children's exits;
+- the *job process*: a spare receives its job on a pipe, starts a new
+  session, keeps only its pipes, drops to the untrusted uid, sets rlimits and
+  runs the code in a fresh module. A function job calls the entry point once
+  per test on freshly decoded inputs, in shuffled order, under a SIGALRM
+  timer, and reports each output as tagged plain data on descriptor 3. A
+  stdio job runs one job process per test.
+
+The server keeps one spare forked ahead, so a job rarely waits for a fork.
+It enforces the per-test limit from outside as well (a child that ignores
+SIGALRM is killed), the job-level limit and the output caps. Afterwards it
+kills every remaining process of the job (in a sandbox: every process but
+itself, the zygote and the spare), reaps them and empties the scratch area.
 
 Nothing here decides whether an output is right: expected values never
 reach this process.
@@ -42,6 +54,7 @@ import resource
 import select
 import shutil
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -330,6 +343,87 @@ class _Capture:
     self.in_test = None  # index of the test running when it was killed
 
 
+class _ZygoteGone(Exception):
+  """The zygote died or closed its socket: the sandbox must be replaced."""
+
+
+def _zygote_main(sock: socket.socket, config: dict) -> None:
+  """Forks spares on request and reports exits; never sees job data."""
+  wake_r, wake_w = os.pipe()
+  for fd in (wake_r, wake_w):
+    os.set_blocking(fd, False)
+  signal.set_wakeup_fd(wake_w)
+  signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+  # Objects that exist now are never collected in a child, so its collector
+  # does not write to (and copy) every page it inherited.
+  gc.freeze()
+  while True:
+    ready, _, _ = select.select([sock, wake_r], [], [])
+    if wake_r in ready:
+      try:
+        os.read(wake_r, 4096)
+      except BlockingIOError:
+        pass
+      while True:
+        try:
+          pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+          break
+        if pid == 0:
+          break
+        sock.send(wire.dumps({"exited": pid, "status": status}).encode())
+    if sock in ready:
+      request = sock.recv(64)
+      if not request:
+        os._exit(0)
+      job_r, job_w = os.pipe()
+      out_r, out_w = os.pipe()
+      err_r, err_w = os.pipe()
+      res_r, res_w = os.pipe()
+      pid = os.fork()
+      if pid == 0:
+        try:
+          sock.close()
+          for fd in (wake_r, wake_w, job_w, out_r, err_r, res_r):
+            os.close(fd)
+          signal.set_wakeup_fd(-1)
+          _spare_main(config, job_r, out_w, err_w, res_w)
+        except BaseException:
+          try:
+            traceback.print_exc()
+          finally:
+            os._exit(70)
+        os._exit(70)
+      for fd in (job_r, out_w, err_w, res_w):
+        os.close(fd)
+      fds = [job_w, out_r, err_r, res_r]
+      socket.send_fds(sock, [wire.dumps({"forked": pid}).encode()], fds)
+      for fd in fds:
+        os.close(fd)
+
+
+def _spare_main(config, job_r, out_w, err_w, res_w) -> None:
+  """A spare: waits for its job, then becomes a confined job process."""
+  message = wire.read_frame(job_r)
+  os.close(job_r)
+  if message is None:  # the server is shutting down
+    os._exit(0)
+  job = message["job"]
+  if message["stdin"] is None:
+    stdin_fd = os.open("/dev/null", os.O_RDONLY)
+  else:
+    stdin_fd = os.memfd_create("stdin", 0)
+    view = memoryview(message["stdin"].encode("utf-8", "surrogateescape"))
+    while view:
+      view = view[os.write(stdin_fd, view) :]
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+  _enter_child(config, message["scratch"], stdin_fd, out_w, err_w, res_w, job)
+  if job["kind"] == "function":
+    _child_function(job)
+  else:
+    _child_stdio(job)
+
+
 class ForkServer:
   """Receives jobs on `in_fd`, answers on `out_fd`."""
 
@@ -338,45 +432,123 @@ class ForkServer:
     self.in_fd = in_fd
     self.out_fd = out_fd
     self.clean = True
-    self.wake_r, self.wake_w = os.pipe()
-    for fd in (self.wake_r, self.wake_w):
-      os.set_blocking(fd, False)
-      os.set_inheritable(fd, False)
-    signal.set_wakeup_fd(self.wake_w)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     self.statuses = {}
+    self.spares = []  # (pid, [job_w, out_r, err_r, res_r]) forked ahead
+    self.pending = 0  # spares requested, not yet reported
+    self.sock, zygote_sock = socket.socketpair(
+      socket.AF_UNIX, socket.SOCK_SEQPACKET
+    )
+    self.zygote = os.fork()
+    if self.zygote == 0:
+      try:
+        self.sock.close()
+        for fd in (in_fd, out_fd):
+          os.close(fd)
+        _zygote_main(zygote_sock, config)
+      finally:
+        os._exit(0)
+    zygote_sock.close()
+    self._request_spare()
+
+  # -- the zygote and spares --
+
+  def _request_spare(self) -> None:
+    self.sock.send(b"fork")
+    self.pending += 1
+
+  def _zygote_messages(self, timeout: float | None) -> None:
+    """Handles the zygote's messages, waiting up to `timeout` for one."""
+    ready, _, _ = select.select([self.sock], [], [], timeout)
+    while ready:
+      data, fds, _, _ = socket.recv_fds(self.sock, 256, 4)
+      if not data:
+        raise _ZygoteGone("the zygote closed its socket")
+      message = wire.loads(data)
+      if "forked" in message:
+        self.spares.append((message["forked"], fds))
+        self.pending -= 1
+      else:
+        self.statuses[message["exited"]] = message["status"]
+      ready, _, _ = select.select([self.sock], [], [], 0)
+
+  def _protected(self) -> set[int]:
+    """Processes that are not the job's: the server, zygote and spares."""
+    return {os.getpid(), self.zygote, *(pid for pid, _ in self.spares)}
+
+  def _start(self, message: dict):
+    """Hands a job to a spare; returns its pid and [out_r, err_r, res_r]."""
+    for _ in range(3):
+      while not self.spares:
+        self._zygote_messages(timeout=5.0)
+        if not self.spares and not self.pending:
+          self._request_spare()
+      pid, (job_w, *fds) = self.spares.pop(0)
+      self._request_spare()
+      try:
+        wire.write_frame(job_w, message)
+      except OSError:  # the spare died; take the next one
+        for fd in fds:
+          os.close(fd)
+        continue
+      finally:
+        os.close(job_w)
+      self._mark("start")
+      return pid, fds
+    raise RuntimeError("no spare process accepted the job")
 
   # -- processes --
 
   def _reap(self) -> None:
-    """Reaps every exited child, remembering the wait status of each."""
+    """Reaps orphans re-parented to the server, and reads the zygote."""
     while True:
       try:
         pid, status = os.waitpid(-1, os.WNOHANG)
       except ChildProcessError:
-        return
+        break
       if pid == 0:
-        return
+        break
+      if pid == self.zygote:
+        raise _ZygoteGone(f"the zygote exited with status {status}")
       self.statuses[pid] = status
+    self._zygote_messages(timeout=0)
 
-  def _job_pids(self) -> list[int]:
-    me = os.getpid()
-    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    if self.config["kill_scope"] == "all":
-      return [p for p in pids if p != me]
-    parents = {}
-    for pid in pids:
-      try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-          fields = f.read().rsplit(b")", 1)[1].split()
-        parents[pid] = int(fields[1])
-      except (OSError, IndexError, ValueError):
+  def _job_pids(self, job_pid: int | None) -> list[int]:
+    """Every process that belongs to a job (running or left over).
+
+    Not the server, the zygote, or spares: a spare the zygote is forking
+    right now is not reported yet, but it is a root-owned child of the
+    zygote, which no job process can be (job processes drop to the
+    untrusted uid before they run any code, and fork from there).
+    """
+    protected = self._protected()
+    info = {}
+    for name in os.listdir("/proc"):
+      if not name.isdigit() or int(name) in protected:
         continue
-    found, frontier = set(), {me}
+      try:
+        with open(f"/proc/{name}/status", "rb") as f:
+          fields = dict(
+            line.split(b":", 1)
+            for line in f.read().splitlines()
+            if b":" in line
+          )
+        if fields[b"State"].split()[0] == b"Z":
+          continue  # dead already; its parent reaps it
+        info[int(name)] = (int(fields[b"PPid"]), int(fields[b"Uid"].split()[0]))
+      except (OSError, KeyError, ValueError):
+        continue
+    victims = {
+      pid
+      for pid, (ppid, uid) in info.items()
+      if pid == job_pid or not (ppid == self.zygote and uid == 0)
+    }
+    if self.config["kill_scope"] == "all":
+      return sorted(victims)
+    found, frontier = set(), {os.getpid()}
     while frontier:
-      frontier = {p for p, pp in parents.items() if pp in frontier} - found
+      frontier = {p for p, (pp, _) in info.items() if pp in frontier} - found
       found |= frontier
-    return sorted(found)
+    return sorted(found & victims)
 
   def kill_job_processes(self, pgid: int | None) -> bool:
     """SIGKILLs and reaps every job process; False if some survived."""
@@ -388,7 +560,7 @@ class ForkServer:
     deadline = time.monotonic() + _KILL_TIMEOUT_S
     while True:
       self._reap()
-      pids = self._job_pids()
+      pids = self._job_pids(pgid)
       if not pids:
         return True
       if time.monotonic() > deadline:
@@ -399,30 +571,6 @@ class ForkServer:
         except OSError:
           pass
       time.sleep(0.002)
-
-  def _fork(self, job, scratch, stdin_fd, target, *args):
-    """Forks a job process running `target(*args)`; returns pid and pipes."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    res_r, res_w = os.pipe()
-    # Objects that exist now are never collected in the child, so its
-    # collector does not write to (and copy) every page it inherited.
-    gc.freeze()
-    pid = os.fork()
-    if pid == 0:
-      try:
-        _enter_child(self.config, scratch, stdin_fd, out_w, err_w, res_w, job)
-        target(*args)
-      except BaseException:
-        try:
-          traceback.print_exc()
-        finally:
-          os._exit(70)
-      os._exit(70)
-    for fd in (out_w, err_w, res_w):
-      os.close(fd)
-    self._mark("fork")
-    return pid, out_r, err_r, res_r
 
   def _supervise(self, job, pid, fds, job_deadline, budget, stdio) -> _Capture:
     """Reads a child's pipes until it is gone, enforcing limits."""
@@ -459,16 +607,12 @@ class ForkServer:
       # Once the job is dead and killed, its pipes end at once; a writer
       # that survived the kill must not hang the server.
       wait = _DRAIN_S if exited else max(0.0, deadline - now)
-      ready, _, _ = select.select([*open_fds, self.wake_r], [], [], wait)
+      ready, _, _ = select.select([*open_fds, self.sock], [], [], wait)
       if exited and not ready:
         break
       for fd in ready:
-        if fd == self.wake_r:
-          try:
-            os.read(self.wake_r, 4096)
-          except BlockingIOError:
-            pass
-          continue
+        if fd is self.sock:
+          continue  # the zygote reports an exit: read at the loop's top
         data = os.read(fd, 65536)
         if not data:
           open_fds.discard(fd)
@@ -497,7 +641,13 @@ class ForkServer:
               cap.in_test = None
     for fd in open_fds:
       os.close(fd)
+    self._mark("run")
     self.clean &= self.kill_job_processes(pid)
+    self._mark("kill")
+    # The zygote reaped the job process; its report may still be on the way.
+    reported = time.monotonic() + _DRAIN_S
+    while pid not in self.statuses and time.monotonic() < reported:
+      self._zygote_messages(timeout=0.05)
     self._mark("reap")
     status = self.statuses.pop(pid, None)
     if status is not None:
@@ -550,15 +700,6 @@ class ForkServer:
             pass
       return not os.listdir(root)
 
-  def _stdin_fd(self, data: str) -> int:
-    """A descriptor positioned at the start of `data`, for a child's stdin."""
-    fd = os.memfd_create("stdin", 0)
-    view = memoryview(data.encode("utf-8", "surrogateescape"))
-    while view:
-      view = view[os.write(fd, view) :]
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
   def run_job(self, job: dict) -> dict:
     """Runs one job; returns the reply frame (outputs, statuses, streams)."""
     start = time.monotonic()
@@ -587,11 +728,8 @@ class ForkServer:
     return reply
 
   def _run_function(self, job, scratch, job_deadline, budget) -> dict:
-    stdin_fd = os.open("/dev/null", os.O_RDONLY)
-    try:
-      pid, *fds = self._fork(job, scratch, stdin_fd, _child_function, job)
-    finally:
-      os.close(stdin_fd)
+    message = {"job": job, "scratch": scratch, "stdin": None}
+    pid, fds = self._start(message)
     cap = self._supervise(job, pid, fds, job_deadline, budget, stdio=False)
     n = len(job["tests"])
     tests = [None] * n
@@ -646,11 +784,10 @@ class ForkServer:
                       "error": "not run: the job stopped first"})  # fmt: skip
         continue
       started = time.monotonic()
-      stdin_fd = self._stdin_fd(test["stdin"])
-      try:
-        pid, *fds = self._fork(job, scratch, stdin_fd, _child_stdio, job)
-      finally:
-        os.close(stdin_fd)
+      # Each run gets the code and its own stdin, not the other tests'.
+      unit = dict(job, tests=[])
+      message = {"job": unit, "scratch": scratch, "stdin": test["stdin"]}
+      pid, fds = self._start(message)
       cap = self._supervise(job, pid, fds, job_deadline, budget, stdio=True)
       for name in ("stdout", "stderr"):
         budget[name] -= len(getattr(cap, name))

@@ -56,18 +56,32 @@ def run_program(pool, code: str, **limits) -> jobs.JobResult:
   return pool.run(jobs.Job.program(code, **limits))
 
 
+PROCESS_LIST = """
+def processes():
+  out = {}
+  for name in os.listdir("/proc"):
+    if name.isdigit() and int(name) != os.getpid():
+      try:
+        with open(f"/proc/{name}/status") as f:
+          fields = dict(l.split(":", 1) for l in f if ":" in l)
+      except OSError:
+        continue
+      out[name] = (int(fields["Uid"].split()[0]), fields["State"].split()[0])
+  return out
+"""
+
+
 def sandbox_state(pool) -> dict:
   """What a fresh job sees: other processes and the scratch area."""
-  code = """
-import json, os
-me = os.getpid()
-others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit()
-                and int(p) != me)
-scratch = os.listdir("/tmp")
-mine = os.path.basename(os.getcwd())
-print(json.dumps({"others": others, "scratch": scratch, "mine": mine,
+  code = (
+    "import json, os\n"
+    + PROCESS_LIST
+    + """
+print(json.dumps({"others": processes(), "scratch": os.listdir("/tmp"),
+                  "mine": os.path.basename(os.getcwd()),
                   "own_files": os.listdir(".")}))
 """
+  )
   result = run_program(pool, code)
   assert result.status == OK, result
   return json.loads(result.stdout)
@@ -75,7 +89,12 @@ print(json.dumps({"others": others, "scratch": scratch, "mine": mine,
 
 def assert_clean_sandbox(pool) -> None:
   state = sandbox_state(pool)
-  assert state["others"] == [1], state  # only the forkserver
+  others = state["others"]
+  # The server (init), the zygote and at most one spare, all root: no
+  # process of an earlier job (uid 65534) is left.
+  assert others.get("1", [None])[0] == 0, state
+  assert all(uid == 0 for uid, _ in others.values()), state
+  assert 2 <= len(others) <= 3, state
   assert state["scratch"] == [state["mine"]], state
   assert state["own_files"] == [], state
 
@@ -356,19 +375,23 @@ print("parent done")
   result = run_program(pool, attack)
   assert result.status == OK, result
   assert result.stdout == "parent done\n"
-  victim = """
-import json, os, time
+  victim = (
+    "import json, os, time\n"
+    + PROCESS_LIST
+    + """
 time.sleep(0.5)
 print(json.dumps({"files": os.listdir("."), "tmp": os.listdir("/tmp"),
-                  "procs": [p for p in os.listdir("/proc") if p.isdigit()]}))
+                  "procs": processes()}))
 """
+  )
   result = run_program(pool, victim)
   assert result.status == OK, result
   state = json.loads(result.stdout)
   assert marker not in result.stdout
   assert state["files"] == []
   assert len(state["tmp"]) == 1
-  assert len(state["procs"]) == 2  # the forkserver and this job
+  # Nothing but the server, zygote and spare (root) besides this job.
+  assert all(uid == 0 for uid, _ in state["procs"].values()), state
   assert_clean_sandbox(pool)
 
 
@@ -438,7 +461,8 @@ for fd in sorted(os.listdir("/proc/1/fd"), key=int):
   if os.readlink(path) in ("/dev/null",) or "memfd" in os.readlink(path):
     continue
   for mode, flag in (("r", os.O_RDONLY), ("w", os.O_WRONLY)):
-    attempt(f"fd{fd}{mode}", lambda: os.close(os.open(path, flag | os.O_NONBLOCK)))
+    opener = lambda: os.close(os.open(path, flag | os.O_NONBLOCK))
+    attempt(f"fd{fd}{mode}", opener)
 readable = {}
 for name in ("environ", "cmdline", "maps", "status"):
   try:
@@ -453,10 +477,12 @@ print(json.dumps({"attempts": out, "readable": readable}))
   attempts = report["attempts"]
   for name in ("mem", "cwd", "root", "exe"):
     assert attempts.pop(name) == "PermissionError", name
-  # Every pipe of the forkserver (the host protocol on its private
-  # descriptors, and the jobs' pipes) refuses to open, for read or write.
+  # Every pipe and socket of the server (the host protocol on its private
+  # descriptors, the zygote's socket, the jobs' pipes) refuses to open, for
+  # read or write (a socket gives ENXIO, an OSError).
   assert len(attempts) >= 6, attempts
-  assert set(attempts.values()) == {"PermissionError"}, attempts
+  assert set(attempts.values()) <= {"PermissionError", "OSError"}, attempts
+  assert "PermissionError" in attempts.values()
   # gVisor lets any uid read these (Linux would not); they hold no secret.
   text = json.dumps(report["readable"])
   assert env_canary[1] not in text
