@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import pathlib
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -320,7 +321,9 @@ class GVisorLauncher:
       if self._closed:
         raise worker.SandboxError("the gVisor launcher is closed")
       self._count += 1
-      container = f"car-{os.getpid()}-{self._count}"
+      # runsc names a host-wide control socket after the container id, so
+      # ids must be unique across launchers and processes.
+      container = f"car-{os.getpid()}-{self._count}-{secrets.token_hex(4)}"
     bundle = os.path.join(self.root, container)
     os.makedirs(os.path.join(bundle, "rootfs"))
     spec = oci_spec(self.config, self.runtime, self.guest_dir)

@@ -208,7 +208,7 @@ class SandboxPool:
           uses = 0
         frame = job.to_frame(next(self._ids), self.config)
         reply = guest.run(frame, frame["timeout_s"])
-        result = jobs.result_from_reply(reply, job)
+        result = jobs.result_from_reply(reply, job, guest.name)
         uses += 1
         if reply.get("clean") is not True or uses >= self.config.recycle_after:
           self._count("recycled")
@@ -217,11 +217,12 @@ class SandboxPool:
       except (worker.SandboxError, OSError) as e:
         logging.warning("sandbox replaced after an error: %s", e)
         self._count("sandbox_errors")
+        name = guest.name if guest is not None else ""
         if guest is not None:
           guest.close()
           guest = None
         result = jobs.sandbox_error_result(
-          job, str(e), time.monotonic() - start
+          job, str(e), time.monotonic() - start, name
         )
       except BaseException as e:  # a bug, or inputs that cannot be encoded
         future.set_exception(e)

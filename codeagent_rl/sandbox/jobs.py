@@ -176,6 +176,7 @@ class JobResult:
     stderr: captured stderr.
     duration_s: wall time inside the sandbox (host time on sandbox errors).
     reason: why the status is not "ok".
+    sandbox: name of the sandbox that ran the job ("" if none did).
   """
 
   status: types.JobStatus
@@ -186,6 +187,7 @@ class JobResult:
   stderr: str = ""
   duration_s: float = 0.0
   reason: str = ""
+  sandbox: str = ""
 
   def to_json(self) -> dict:
     """JSON-safe dict with the status as its lowercase name."""
@@ -197,11 +199,14 @@ class JobResult:
       "stderr": self.stderr,
       "duration_s": self.duration_s,
       "reason": self.reason,
+      "sandbox": self.sandbox,
       "tests": [t.to_json() for t in self.tests],
     }
 
 
-def sandbox_error_result(job: Job, reason: str, duration_s: float) -> JobResult:
+def sandbox_error_result(
+  job: Job, reason: str, duration_s: float, sandbox: str = ""
+) -> JobResult:
   """The result reported for a job whose sandbox failed."""
   tests = tuple(
     TestRun(
@@ -216,6 +221,7 @@ def sandbox_error_result(job: Job, reason: str, duration_s: float) -> JobResult:
     tests=tests,
     duration_s=duration_s,
     reason=reason,
+    sandbox=sandbox,
   )
 
 
@@ -256,7 +262,7 @@ def _test_run(raw: Any, kind: str, where: str) -> TestRun:
   return TestRun(status=status, output=output, error=error, time_s=time_s)
 
 
-def result_from_reply(reply: dict, job: Job) -> JobResult:
+def result_from_reply(reply: dict, job: Job, sandbox: str = "") -> JobResult:
   """Validates a reply frame and builds the `JobResult`.
 
   Raises:
@@ -291,4 +297,5 @@ def result_from_reply(reply: dict, job: Job) -> JobResult:
     stderr=_str_field(reply, "stderr", ""),
     duration_s=float(duration) if isinstance(duration, int | float) else 0.0,
     reason=str(reply.get("reason") or ""),
+    sandbox=sandbox,
   )
