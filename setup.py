@@ -27,11 +27,23 @@ EXTRAS_REQUIRE = {
     "ruff==0.17.6",
     # tests/models/tokenizer_test.py builds tiny HF tokenizers.
     "tokenizers>=0.21,<0.24",
+    # tests/models/hf_import_test.py saves tiny Llama/Qwen2 models and
+    # compares logits with torch (passes with transformers 4.57.3, 5.0.0
+    # and 5.24.0 on torch 2.13.0).
+    "safetensors>=0.8,<0.9",
+    "transformers>=4.57,<6",
+    # Exact: pip takes the CPU wheel on the CI machine's disk; a range
+    # admitting a newer torch downloads a multi-GB CUDA build.
+    "torch==2.13.0",
   ],
-  # Hugging Face tokenizers (models/tokenizer.py HFTokenizer); the model
-  # issue adds what HF import and parity tests need.
+  # Hugging Face tokenizers (models/tokenizer.py HFTokenizer) and checkpoint
+  # import (models/hf_import.py reads only safetensors; no torch needed).
   "hf": [
     "tokenizers>=0.21,<0.24",
+    "safetensors>=0.8,<0.9",
+    # Not imported by the library; for inspecting and re-saving checkpoints
+    # (AutoConfig, save_pretrained) next to it.
+    "transformers>=4.57,<6",
   ],
   # Sweep launchers (filled when launch/ gets executors).
   "launch": [],
