@@ -42,8 +42,11 @@ EXTRAS_REQUIRE = {
     "tokenizers>=0.21,<0.24",
     "safetensors>=0.8,<0.9",
     # Not imported by the library; for inspecting and re-saving checkpoints
-    # (AutoConfig, save_pretrained) next to it.
+    # (AutoConfig, save_pretrained) next to it, and the HF parity tests.
     "transformers>=4.57,<6",
+    # transformers' models need torch. Exact pin: this CPU wheel is what the
+    # project's machines have on disk; a looser pin pulls a CUDA build.
+    "torch==2.13.0",
   ],
   # Sweep launchers (filled when launch/ gets executors).
   "launch": [],
