@@ -228,7 +228,8 @@ except OSError as e:
   ids=["one_block", "growing"],
 )
 def test_memory_bomb(pool, code):
-  result = run_program(pool, code)
+  # Touching 256 MiB takes a while under gVisor on a busy machine.
+  result = run_program(pool, code, timeout_s=4.0, test_timeout_s=4.0)
   assert result.status == types.JobStatus.MEMORY, result
   assert result.tests[0].error == "MemoryError"
 
@@ -555,6 +556,27 @@ for d in ["/tmp", "/", "/usr", "/usr/lib", "/sandbox", "/dev/shm"]:
   assert wrote == ["/tmp"], result.stdout  # the sandbox's own tmpfs
   for d in ["/tmp", "/", "/usr", "/usr/lib", str(worker.GUEST_DIR)]:
     assert not (pathlib.Path(d) / name).exists()
+
+
+def test_job_holds_only_its_own_descriptors(pool):
+  code = """
+import os
+extra = []
+for fd in sorted(int(fd) for fd in os.listdir("/proc/self/fd")):
+  try:
+    extra.append((fd, os.readlink(f"/proc/self/fd/{fd}")))
+  except FileNotFoundError:  # the listing's own descriptor, closed by now
+    pass
+print(extra)
+"""
+  result = run_program(pool, code)
+  assert result.status == OK, result
+  fds = dict(eval(result.stdout))
+  # stdin, stdout, stderr and the result pipe: nothing of the server, the
+  # zygote or the host.
+  assert sorted(fds) == [0, 1, 2, 3], fds
+  assert fds[0].startswith("/memfd:stdin"), fds
+  assert all(fds[fd].startswith("pipe:") for fd in (1, 2, 3)), fds
 
 
 def test_sandbox_processes_have_no_capabilities(pool):
