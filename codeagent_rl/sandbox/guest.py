@@ -343,6 +343,23 @@ class _Capture:
     self.in_test = None  # index of the test running when it was killed
 
 
+def _descendants(root: int) -> list[int]:
+  """All descendants of `root` (orphans re-parent to it: a subreaper)."""
+  parents = {}
+  for name in os.listdir("/proc"):
+    if name.isdigit():
+      try:
+        with open(f"/proc/{name}/stat", "rb") as f:
+          parents[int(name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+      except (OSError, IndexError, ValueError):
+        continue
+  found, frontier = [], {root}
+  while frontier:
+    frontier = {pid for pid, ppid in parents.items() if ppid in frontier}
+    found.extend(frontier)
+  return found
+
+
 class _ZygoteGone(Exception):
   """The zygote died or closed its socket: the sandbox must be replaced."""
 
@@ -521,12 +538,16 @@ class ForkServer:
     untrusted uid before they run any code, and fork from there).
     """
     protected = self._protected()
-    info = {}
-    for name in os.listdir("/proc"):
-      if not name.isdigit() or int(name) in protected:
+    if self.config["kill_scope"] == "all":
+      candidates = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    else:
+      candidates = _descendants(os.getpid())
+    victims = []
+    for pid in candidates:
+      if pid in protected:
         continue
       try:
-        with open(f"/proc/{name}/status", "rb") as f:
+        with open(f"/proc/{pid}/status", "rb") as f:
           fields = dict(
             line.split(b":", 1)
             for line in f.read().splitlines()
@@ -534,21 +555,12 @@ class ForkServer:
           )
         if fields[b"State"].split()[0] == b"Z":
           continue  # dead already; its parent reaps it
-        info[int(name)] = (int(fields[b"PPid"]), int(fields[b"Uid"].split()[0]))
+        ppid, uid = int(fields[b"PPid"]), int(fields[b"Uid"].split()[0])
       except (OSError, KeyError, ValueError):
         continue
-    victims = {
-      pid
-      for pid, (ppid, uid) in info.items()
-      if pid == job_pid or not (ppid == self.zygote and uid == 0)
-    }
-    if self.config["kill_scope"] == "all":
-      return sorted(victims)
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-      frontier = {p for p, (pp, _) in info.items() if pp in frontier} - found
-      found |= frontier
-    return sorted(found & victims)
+      if pid == job_pid or not (ppid == self.zygote and uid == 0):
+        victims.append(pid)
+    return victims
 
   def kill_job_processes(self, pgid: int | None) -> bool:
     """SIGKILLs and reaps every job process; False if some survived."""
@@ -715,8 +727,11 @@ class ForkServer:
         reply = self._run_function(job, scratch, job_deadline, budget)
       else:
         reply = self._run_stdio(job, scratch, job_deadline, budget)
-    finally:
+    except BaseException:
+      # Normally each run's supervision kills its processes; not here.
       self.clean &= self.kill_job_processes(None)
+      raise
+    finally:
       self.clean &= self._wipe_scratch_root()
       self._mark("cleanup")
     reply.update(
