@@ -1,0 +1,392 @@
+r"""Times sandbox jobs: warm gVisor pools against cold runsc and plain python3.
+
+Run from the repository root (as root, with runsc installed):
+
+  python benchmarks/sandbox_bench.py
+
+  # Smoke check (fewer jobs; writes JSON only when --out is given):
+  python benchmarks/sandbox_bench.py --quick
+
+Variants, each on the same two jobs:
+
+  gvisor_warm[N]   a `SandboxPool` of N warm gVisor sandboxes (N in --sizes),
+                   driven by N closed-loop clients (each submits its next job
+                   when the previous one returns);
+  process_warm[N]  the same pool with the `process` backend (no isolation);
+  gvisor_cold      a fresh sandbox per job: write the bundle, `runsc run`,
+                   wait for the forkserver, run the job, stop it and
+                   `runsc delete` (one client);
+  host_python3     `python3 -c <the job as a script>` per job on the host,
+                   no sandbox, no limits (one client; same interpreter).
+
+Jobs: "small" calls a two-line function on 10 inputs; "cpu" counts primes
+below 30000 by trial division, twice. Variants run interleaved in --rounds
+rounds, so that load from other processes on the machine falls on all of
+them alike. Latency is submit-to-result on the host; p50/p95 are over all
+jobs of a variant; jobs/s is jobs divided by the wall time of the variant's
+batches; "sandbox ms" is the p50 of the time the forkserver measured inside
+the sandbox. "x host" is p50 divided by host_python3's p50 on the same job
+(< 1 is faster than a plain subprocess). Every output is checked; a wrong
+one fails the script after the table is printed and the JSON written.
+
+Targets (from the issue): gvisor_warm[1] p50 within 1.5x of host_python3 on
+the small job, and gvisor_cold p50 at least 20x gvisor_warm[1] p50.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+from absl import app
+from absl import flags
+
+from codeagent_rl import types
+from codeagent_rl.sandbox import config as config_lib
+from codeagent_rl.sandbox import gvisor
+from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import jobs
+
+_ROUNDS = flags.DEFINE_integer(
+  "rounds", 8, "Interleaved rounds; every variant runs once per round."
+)
+_JOBS_PER_ROUND = flags.DEFINE_integer(
+  "jobs_per_round", 12, "Jobs per variant and round (warm and host)."
+)
+_COLD_PER_ROUND = flags.DEFINE_integer(
+  "cold_per_round", 2, "Cold-sandbox jobs per round (each costs ~1 s)."
+)
+_SIZES = flags.DEFINE_list("sizes", ["1", "2", "4"], "Warm pool sizes.")
+_QUICK = flags.DEFINE_bool(
+  "quick", False, "2 rounds of 3 jobs (1 cold): a smoke check."
+)
+_OUT = flags.DEFINE_string(
+  "out",
+  "benchmarks/results/sandbox_bench.json",
+  "JSON file for the results. With --quick it is written only when this"
+  " flag is given explicitly.",
+)
+_PYTHON = flags.DEFINE_string(
+  "python", "/usr/bin/python3", "Interpreter of every variant."
+)
+
+SMALL_CODE = "def add(a, b):\n  return a + b\n"
+CPU_CODE = """
+def count_primes(n):
+  return sum(
+    1 for k in range(2, n) if all(k % d for d in range(2, int(k ** 0.5) + 1))
+  )
+"""
+JOB_SPECS = {
+  "small": (SMALL_CODE, "add", [([i, 2 * i], {}) for i in range(10)]),
+  "cpu": (CPU_CODE, "count_primes", [([30000], {})] * 2),
+}
+EXPECTED = {"small": [3 * i for i in range(10)], "cpu": [3245, 3245]}
+HOST_SCRIPT = """
+import json
+{code}
+print(json.dumps([{entry}(*a, **k) for a, k in {inputs!r}]))
+"""
+
+
+def make_job(name: str) -> jobs.Job:
+  code, entry, inputs = JOB_SPECS[name]
+  return jobs.Job.function(code, entry, inputs, timeout_s=60, test_timeout_s=30)
+
+
+def check_result(name: str, result: jobs.JobResult) -> bool:
+  return (
+    result.status == types.JobStatus.OK
+    and [t.output for t in result.tests] == EXPECTED[name]
+  )
+
+
+class Variant:
+  """A way to run jobs, accumulating measurements over rounds."""
+
+  def __init__(self, name: str, clients: int):
+    self.name = name
+    self.clients = clients
+    self.latencies = {job: [] for job in JOB_SPECS}
+    self.sandbox_s = {job: [] for job in JOB_SPECS}
+    self.wall = dict.fromkeys(JOB_SPECS, 0.0)
+    self.wrong = dict.fromkeys(JOB_SPECS, 0)
+
+  def run_one(self, job: str) -> tuple[bool, float | None]:
+    """Runs one job: (output right, seconds inside the sandbox or None)."""
+    raise NotImplementedError
+
+  def batch(self, job: str, count: int) -> None:
+    """Runs `count` jobs with `clients` closed-loop clients."""
+    lock = threading.Lock()
+    left = [count]
+
+    def client():
+      while True:
+        with lock:
+          if not left[0]:
+            return
+          left[0] -= 1
+        start = time.perf_counter()
+        ok, inside = self.run_one(job)
+        elapsed = time.perf_counter() - start
+        with lock:
+          self.latencies[job].append(elapsed)
+          if inside is not None:
+            self.sandbox_s[job].append(inside)
+          self.wrong[job] += not ok
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(self.clients)]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    self.wall[job] += time.perf_counter() - start
+
+  def close(self) -> None:
+    """Releases what the variant holds."""
+
+
+class PoolVariant(Variant):
+  """A warm `SandboxPool` (gVisor or process backend)."""
+
+  def __init__(self, backend: str, size: int, python: str):
+    super().__init__(f"{backend}_warm[{size}]", clients=size)
+    config = config_lib.SandboxConfig(
+      backend=backend,
+      pool_size=size,
+      timeout_s=60,
+      test_timeout_s=30,
+      python=python,
+      recycle_after=100000,
+    )
+    self.pool = harness.SandboxPool(config)
+
+  def run_one(self, job):  # noqa: D102
+    result = self.pool.run(make_job(job))
+    return check_result(job, result), result.duration_s
+
+  def close(self):  # noqa: D102
+    self.pool.close()
+
+
+class ColdVariant(Variant):
+  """A fresh gVisor sandbox per job, started and deleted around it."""
+
+  def __init__(self, python: str):
+    super().__init__("gvisor_cold", clients=1)
+    self.config = config_lib.SandboxConfig(
+      timeout_s=60, test_timeout_s=30, python=python
+    )
+    self.launcher = gvisor.GVisorLauncher(self.config)
+    self.ids = 0
+
+  def run_one(self, job):  # noqa: D102
+    self.ids += 1
+    guest = self.launcher.launch()
+    try:
+      frame = make_job(job).to_frame(self.ids, self.config)
+      result = jobs.result_from_reply(guest.run(frame, 60), make_job(job))
+    finally:
+      guest.close()
+    return check_result(job, result), result.duration_s
+
+  def close(self):  # noqa: D102
+    self.launcher.close()
+
+
+class HostVariant(Variant):
+  """`python3 -c` per job on the host: no sandbox at all."""
+
+  def __init__(self, python: str):
+    super().__init__("host_python3", clients=1)
+    self.python = python
+
+  def run_one(self, job):  # noqa: D102
+    code, entry, inputs = JOB_SPECS[job]
+    script = HOST_SCRIPT.format(code=code, entry=entry, inputs=inputs)
+    proc = subprocess.run(
+      [self.python, "-c", script],
+      capture_output=True,
+      text=True,
+      check=False,
+      timeout=60,
+    )
+    ok = proc.returncode == 0 and json.loads(proc.stdout) == EXPECTED[job]
+    return ok, None
+
+
+def percentile(values: list[float], q: float) -> float:
+  ordered = sorted(values)
+  return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summarise(variants: list[Variant]) -> list[dict]:
+  rows = []
+  for job in JOB_SPECS:
+    host = next(v for v in variants if v.name == "host_python3")
+    host_p50 = statistics.median(host.latencies[job])
+    for v in variants:
+      lat = v.latencies[job]
+      p50 = statistics.median(lat)
+      rows.append(
+        {
+          "variant": v.name,
+          "job": job,
+          "clients": v.clients,
+          "jobs": len(lat),
+          "p50_ms": 1e3 * p50,
+          "p95_ms": 1e3 * percentile(lat, 0.95),
+          "jobs_per_s": len(lat) / v.wall[job],
+          "sandbox_p50_ms": (
+            1e3 * statistics.median(v.sandbox_s[job])
+            if v.sandbox_s[job]
+            else None
+          ),
+          "x_host_p50": p50 / host_p50,
+          "wrong": v.wrong[job],
+        }
+      )
+  return rows
+
+
+def targets(rows: list[dict]) -> dict:
+  def p50(variant: str, job: str = "small") -> float:
+    return next(
+      r["p50_ms"] for r in rows if r["variant"] == variant and r["job"] == job
+    )
+
+  warm = p50("gvisor_warm[1]")
+  warm_vs_host = warm / p50("host_python3")
+  cold_vs_warm = p50("gvisor_cold") / warm
+  return {
+    "warm_vs_host_p50_small": warm_vs_host,
+    "warm_within_1_5x_host": warm_vs_host <= 1.5,
+    "cold_vs_warm_p50_small": cold_vs_warm,
+    "cold_at_least_20x_warm": cold_vs_warm >= 20.0,
+  }
+
+
+def format_table(rows: list[dict]) -> str:
+  header = (
+    f"{'job':<6} {'variant':<17} {'clients':>7} {'jobs':>5} {'p50 ms':>9}"
+    f" {'p95 ms':>9} {'jobs/s':>8} {'sandbox ms':>10} {'x host':>7}"
+  )
+  lines = [header, "-" * len(header)]
+  for r in rows:
+    inside = (
+      "-" if r["sandbox_p50_ms"] is None else f"{r['sandbox_p50_ms']:.1f}"
+    )
+    lines.append(
+      f"{r['job']:<6} {r['variant']:<17} {r['clients']:>7} {r['jobs']:>5}"
+      f" {r['p50_ms']:>9.1f} {r['p95_ms']:>9.1f} {r['jobs_per_s']:>8.1f}"
+      f" {inside:>10} {r['x_host_p50']:>7.2f}"
+    )
+  return "\n".join(lines)
+
+
+def machine_info(python: str) -> dict:
+  runsc = subprocess.run(
+    [gvisor.find_runsc("runsc"), "--version"],
+    capture_output=True,
+    text=True,
+    check=False,
+  ).stdout.split("\n")[0]
+  sandbox_python = subprocess.run(
+    [python, "--version"], capture_output=True, text=True, check=False
+  ).stdout.strip()
+  return {
+    "runsc": runsc,
+    "platform": "ptrace",
+    "sandbox_python": sandbox_python,
+    "host_python": platform.python_version(),
+    "cpu_count": os.cpu_count(),
+    "cpu_affinity": len(os.sched_getaffinity(0)),
+    "processor": platform.processor() or platform.machine(),
+    "load_average_start": os.getloadavg(),
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+  }
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  rounds, per_round, cold_per_round = (
+    (2, 3, 1)
+    if _QUICK.value
+    else (_ROUNDS.value, _JOBS_PER_ROUND.value, _COLD_PER_ROUND.value)
+  )
+  python = _PYTHON.value
+  info = machine_info(python)
+  print(
+    f"{info['runsc']}, {info['sandbox_python']}, {info['cpu_count']} CPUs,"
+    f" load average {info['load_average_start'][0]:.2f};"
+    f" {rounds} rounds x {per_round} jobs ({cold_per_round} cold)"
+  )
+  sizes = [int(s) for s in _SIZES.value]
+  variants: list[Variant] = [HostVariant(python), ColdVariant(python)]
+  try:
+    for backend in ("gvisor", "process"):
+      for size in sizes:
+        variants.append(PoolVariant(backend, size, python))
+    for v in variants:  # one untimed job each: imports, first fork
+      for job in JOB_SPECS:
+        v.run_one(job)
+    for _ in range(rounds):
+      for job in JOB_SPECS:
+        for v in variants:
+          count = cold_per_round if isinstance(v, ColdVariant) else per_round
+          v.batch(job, count * (v.clients if v.clients > 1 else 1))
+  finally:
+    for v in variants:
+      v.close()
+  info["load_average_end"] = os.getloadavg()
+  rows = summarise(variants)
+  print(format_table(rows))
+  goals = targets(rows)
+  print(
+    f"warm gVisor p50 / host python3 p50 (small): "
+    f"{goals['warm_vs_host_p50_small']:.2f}x (target <= 1.5x:"
+    f" {'met' if goals['warm_within_1_5x_host'] else 'NOT met'})"
+  )
+  print(
+    f"cold runsc p50 / warm gVisor p50 (small): "
+    f"{goals['cold_vs_warm_p50_small']:.1f}x (target >= 20x:"
+    f" {'met' if goals['cold_at_least_20x_warm'] else 'NOT met'})"
+  )
+  print(f"load average at the end: {info['load_average_end'][0]:.2f}")
+
+  if _QUICK.value and not flags.FLAGS["out"].present:
+    print("--quick: not writing JSON; pass --out to keep the results.")
+  else:
+    out = pathlib.Path(_OUT.value)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+      "machine": info,
+      "settings": {
+        "rounds": rounds,
+        "jobs_per_round": per_round,
+        "cold_per_round": cold_per_round,
+        "sizes": sizes,
+      },
+      "rows": rows,
+      "targets": goals,
+    }
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"Wrote {out}")
+  wrong = [f"{r['variant']}/{r['job']}" for r in rows if r["wrong"]]
+  if wrong:
+    sys.exit(f"Wrong outputs from: {', '.join(wrong)}")
+
+
+if __name__ == "__main__":
+  app.run(main)
