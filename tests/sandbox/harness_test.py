@@ -378,12 +378,15 @@ if sys.argv[1] == "hang":
 """
 
 
-def _start_host(mode: str) -> tuple[subprocess.Popen, str]:
+def _start_host(mode: str, tmp_dir) -> tuple[subprocess.Popen, str]:
+  # A private TMPDIR: launchers of other test processes sweep the default
+  # one, and must not race this test for the stale root.
   proc = subprocess.Popen(
     [sys.executable, "-c", LAUNCH_SCRIPT, mode],
     cwd=REPO_ROOT,
     stdout=subprocess.PIPE,
     text=True,
+    env={**os.environ, "TMPDIR": str(tmp_dir)},
   )
   root = proc.stdout.readline().strip()
   assert root.startswith("/") and os.path.isdir(root), root
@@ -391,20 +394,20 @@ def _start_host(mode: str) -> tuple[subprocess.Popen, str]:
   return proc, root
 
 
-def test_host_exit_without_close_cleans_up():
-  proc, root = _start_host("exit")
+def test_host_exit_without_close_cleans_up(tmp_path):
+  proc, root = _start_host("exit", tmp_path)
   assert proc.wait(timeout=30) == 0
   assert _wait_until_gone(root, 2.0) == []
   assert not os.path.exists(root)
 
 
-def test_host_crash_leaves_no_sandbox_and_state_is_swept():
-  proc, root = _start_host("hang")
+def test_host_crash_leaves_no_sandbox_and_state_is_swept(tmp_path):
+  proc, root = _start_host("hang", tmp_path)
   proc.kill()  # SIGKILL: no atexit, no cleanup of any kind
   proc.wait(timeout=10)
   # PR_SET_PDEATHSIG takes `runsc run` down, and the sandbox with it.
   assert _wait_until_gone(root) == []
   assert os.path.isdir(root)  # the state is left...
-  removed = gvisor.sweep_stale_roots(gvisor.find_runsc("runsc"))
+  removed = gvisor.sweep_stale_roots(gvisor.find_runsc("runsc"), str(tmp_path))
   assert root in removed  # ...until the next launcher sweeps it
   assert not os.path.exists(root)
