@@ -65,6 +65,70 @@ def get_rl_config() -> ml_collections.ConfigDict:
   return rl
 
 
+def get_mesh_config() -> ml_collections.ConfigDict:
+  """The `mesh` section: device mesh axes and logical-to-mesh axis rules.
+
+  See codeagent_rl/parallel/mesh.py. The product of the sizes must equal the
+  number of devices; one axis may be -1 (the devices left over).
+  """
+  mesh = ml_collections.ConfigDict()
+  # Pure data parallelism (params replicated); -1: every device not used by
+  # the other axes, so the default runs unchanged on 1 CPU or 8 chips.
+  mesh.data = -1
+  # Fully sharded data parallelism (params and optimiser state split too);
+  # raise it when one replica no longer fits a device.
+  mesh.fsdp = 1
+  # Tensor parallelism inside layers (heads, MLP, vocabulary); keep it within
+  # a host's fast interconnect.
+  mesh.tensor = 1
+  # (logical axis, mesh axes or None) pairs, one per logical axis the models
+  # use (codeagent_rl/models/transformer.py). A missing axis is an error, not
+  # a replication. MaxText-style FSDP + tensor layout: the batch over data and
+  # fsdp, weights' embed dimension over fsdp, heads/MLP/vocab over tensor,
+  # sequence and head width whole. `batch` first: for activations an earlier
+  # rule wins a mesh axis that two dimensions ask for.
+  mesh.rules = (
+    ("batch", ("data", "fsdp")),
+    ("length", None),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("kv", None),
+    ("mlp", "tensor"),
+    ("vocab", "tensor"),
+  )
+  return mesh
+
+
+def get_optim_config() -> ml_collections.ConfigDict:
+  """The `optim` section: one AdamW (after global-norm clipping) per model.
+
+  See codeagent_rl/parallel/state.py (OptimConfig). The values are the
+  recipe's for 1B-7B models fine-tuned by PPO; tiny configs raise the rates.
+  """
+  optim = ml_collections.ConfigDict()
+  # Actor (policy) peak learning rate; 1e-6 is the recipe's (and verl's PPO
+  # actor default) for pretrained 1B-7B models.
+  optim.actor_lr = 1e-6
+  # Critic peak learning rate; follows 5 x actor_lr unless set: the critic
+  # starts from a fresh value head and must track the policy (recipe 5e-6).
+  optim.critic_lr = optim.get_ref("actor_lr") * 5
+  # AdamW decoupled weight decay on every parameter; 0.01 as in verl's PPO.
+  optim.weight_decay = 0.01
+  # Adam first-moment decay; 0.9 (Kingma & Ba 2015).
+  optim.b1 = 0.9
+  # Adam second-moment decay; 0.95 as in LM training (GPT-3, Llama), steadier
+  # than 0.999 when gradients are spiky.
+  optim.b2 = 0.95
+  # Adam epsilon; 1e-8 (Kingma & Ba 2015).
+  optim.eps = 1e-8
+  # Clip of the global gradient norm per model, or None; 1.0 (verl, OpenRLHF).
+  optim.grad_clip_norm = 1.0
+  # Linear warmup steps from 0 to the peak rate; 0 (constant rate) as in
+  # verl's PPO default, the models arrive pretrained.
+  optim.warmup_steps = 0
+  return optim
+
+
 def get_checkpoint_config() -> ml_collections.ConfigDict:
   """The `checkpoint` section (codeagent_rl/parallel/checkpoint.py)."""
   checkpoint = ml_collections.ConfigDict()

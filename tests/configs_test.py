@@ -1,10 +1,14 @@
-"""Every file in configs/ loads, and its `rl` section validates."""
+"""Every file in configs/ loads, and each of its sections validates."""
 
 import importlib
 import pathlib
 
 import pytest
 
+from codeagent_rl.models import tokenizer
+from codeagent_rl.models import transformer
+from codeagent_rl.parallel import mesh as mesh_lib
+from codeagent_rl.parallel import state
 from codeagent_rl.rl import config as rl_config
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
@@ -12,6 +16,12 @@ EXPERIMENTS = sorted(
   p.stem for p in CONFIG_DIR.glob("*.py") if "def get_config" in p.read_text()
 )
 PRESETS = {"tiny": [None, "smoke"]}
+# Optional sections and the frozen dataclass that validates each.
+SECTIONS = {
+  "model": transformer.TransformerConfig,
+  "mesh": mesh_lib.MeshConfig,
+  "optim": state.OptimConfig,
+}
 
 
 def test_there_are_experiment_configs():
@@ -25,6 +35,9 @@ def test_config_loads_and_validates(name):
     config = module.get_config(arg)
     rl = rl_config.RLConfig.from_config(config.rl)
     assert rl.advantage.estimator in ("gae", "grpo", "dr_grpo", "rloo")
+    for section, cls in SECTIONS.items():
+      if section in config:
+        assert isinstance(cls.from_config(config[section]), cls)
     with pytest.raises(AttributeError):
       config.not_a_field = 1  # configs are locked
 
@@ -78,3 +91,58 @@ def test_stray_and_missing_fields_are_named():
     ValueError, match=r"unknown fields \['coeff'\].*\['coef'\]"
   ):
     rl_config.RLConfig.from_config(rl)
+
+
+@pytest.mark.parametrize("arg", PRESETS["tiny"])
+def test_tiny_model_covers_the_byte_tokenizer(arg):
+  from configs import tiny
+
+  model = transformer.TransformerConfig.from_config(tiny.get_config(arg).model)
+  assert model.vocab_size >= tokenizer.ByteTokenizer().vocab_size
+  assert model.vocab_size % 128 == 0
+  assert 1_000_000 <= model.num_params() <= 3_000_000 or arg == "smoke"
+
+
+def test_critic_lr_follows_actor_lr_until_set():
+  from configs import common
+
+  optim = common.get_optim_config()
+  optim.actor_lr = 2e-6
+  assert optim.critic_lr == pytest.approx(1e-5)
+  optim.critic_lr = 3e-6
+  optim.actor_lr = 1e-6
+  assert optim.critic_lr == 3e-6
+
+
+@pytest.mark.parametrize(
+  "section,field,value,match",
+  [
+    ("mesh", "fsdp", 0, "mesh.fsdp=0"),
+    ("mesh", "tensor", -1, r"at most one axis .*\['data', 'tensor'\]"),
+    ("mesh", "rules", (("embed", "model"),), "unknown mesh axis 'model'"),
+    ("mesh", "rules", (("a", None), ("a", "data")), "'a' has more than one"),
+    ("optim", "b2", 1.0, "optim.b2=1.0"),
+    ("optim", "grad_clip_norm", 0.0, "optim.grad_clip_norm=0.0"),
+    ("optim", "warmup_steps", -1, "optim.warmup_steps=-1"),
+    ("optim", "critic_lr", 0.0, "optim.critic_lr=0.0"),
+  ],
+)
+def test_bad_mesh_and_optim_values_name_the_field(section, field, value, match):
+  from configs import common
+
+  cfg = {"mesh": common.get_mesh_config, "optim": common.get_optim_config}
+  values = cfg[section]().to_dict()
+  values[field] = value
+  with pytest.raises(ValueError, match=match):
+    SECTIONS[section].from_config(values)
+
+
+@pytest.mark.parametrize("section", ["mesh", "optim"])
+def test_stray_mesh_and_optim_fields_are_named(section):
+  from configs import common
+
+  cfg = {"mesh": common.get_mesh_config, "optim": common.get_optim_config}
+  values = cfg[section]().to_dict()
+  values["extra"] = 1
+  with pytest.raises(ValueError, match=rf"config.{section}: unknown .*extra"):
+    SECTIONS[section].from_config(values)

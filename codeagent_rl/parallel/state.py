@@ -1,0 +1,301 @@
+"""Sharded actor and critic train states and their optimisers.
+
+States are created as DESIGN.md's "Scale" section says: `jax.eval_shape`
+gives the abstract params (with logical axis names) and optimiser state,
+`sharding.param_specs` turns the names into mesh shardings, and one
+`jax.jit(init, out_shardings=...)` creates every array directly in its
+shards, so no device ever holds a whole model.
+
+The learner jits its step with `train_state_shardings` as in/out shardings,
+`sharding.batch_sharding` for the batch, and donates the states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from flax import linen as nn
+from flax import struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from codeagent_rl.models import transformer
+from codeagent_rl.parallel import mesh as mesh_lib
+from codeagent_rl.parallel import sharding
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  """Validated `config.optim` section: one AdamW per model.
+
+  Both optimisers clip the global gradient norm, then apply AdamW (decoupled
+  weight decay on every parameter, as torch AdamW over `parameters()`), with
+  an optional linear warmup: step s (1-based) uses lr * min(1, s / warmup).
+
+  Attributes:
+    actor_lr: peak learning rate of the actor.
+    critic_lr: peak learning rate of the critic.
+    weight_decay: AdamW decoupled weight decay (multiplied by the lr).
+    b1: Adam first-moment decay.
+    b2: Adam second-moment decay.
+    eps: Adam denominator epsilon.
+    grad_clip_norm: global gradient-norm clip, or None for no clipping.
+    warmup_steps: linear warmup steps; 0 for a constant rate.
+  """
+
+  actor_lr: float
+  critic_lr: float
+  weight_decay: float
+  b1: float
+  b2: float
+  eps: float
+  grad_clip_norm: float | None
+  warmup_steps: int
+
+  def __post_init__(self):
+    for name in ("actor_lr", "critic_lr", "eps"):
+      if not getattr(self, name) > 0.0:
+        raise ValueError(f"optim.{name}={getattr(self, name)}: must be > 0.")
+    if not self.weight_decay >= 0.0:
+      raise ValueError(f"optim.weight_decay={self.weight_decay}: must be >= 0.")
+    for name in ("b1", "b2"):
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ValueError(
+          f"optim.{name}={getattr(self, name)}: must be in [0, 1)."
+        )
+    if self.grad_clip_norm is not None and not self.grad_clip_norm > 0.0:
+      raise ValueError(
+        f"optim.grad_clip_norm={self.grad_clip_norm}: must be > 0 or None."
+      )
+    if (
+      not isinstance(self.warmup_steps, int)
+      or isinstance(self.warmup_steps, bool)
+      or self.warmup_steps < 0
+    ):
+      raise ValueError(
+        f"optim.warmup_steps={self.warmup_steps!r}: must be an int >= 0."
+      )
+
+  @classmethod
+  def from_config(cls, section: Any) -> OptimConfig:
+    """Builds from a ConfigDict or dict, naming unknown or missing fields."""
+    fields = dict(section)
+    expected = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(fields) - expected)
+    missing = sorted(expected - set(fields))
+    if unknown or missing:
+      raise ValueError(
+        f"config.optim: unknown fields {unknown}, missing fields {missing}."
+      )
+    return cls(**fields)
+
+
+def make_optimizer(
+  config: OptimConfig, learning_rate: float
+) -> optax.GradientTransformation:
+  """Global-norm clipping then AdamW at `learning_rate` (see `OptimConfig`)."""
+  if config.warmup_steps:
+    warmup = float(config.warmup_steps)
+
+    def schedule(count):
+      # optax counts from 0 at the first update.
+      return learning_rate * jnp.minimum(1.0, (count + 1) / warmup)
+
+  else:
+    schedule = learning_rate
+  parts = []
+  if config.grad_clip_norm is not None:
+    parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
+  parts.append(
+    optax.adamw(
+      schedule,
+      b1=config.b1,
+      b2=config.b2,
+      eps=config.eps,
+      weight_decay=config.weight_decay,
+    )
+  )
+  return optax.chain(*parts)
+
+
+def make_optimizers(
+  config: OptimConfig,
+) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+  """(actor optimiser, critic optimiser)."""
+  return (
+    make_optimizer(config, config.actor_lr),
+    make_optimizer(config, config.critic_lr),
+  )
+
+
+@struct.dataclass
+class TrainState:
+  """Params and optimiser state of one model; pure data, no callables.
+
+  Attributes:
+    step: scalar int32, optimiser updates applied so far.
+    params: the unboxed `params` collection.
+    opt_state: the optax state of the model's optimiser.
+  """
+
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+  @classmethod
+  def create(cls, params: Any, tx: optax.GradientTransformation) -> TrainState:
+    """A state at step 0 with a fresh optimiser state."""
+    return cls(
+      step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)
+    )
+
+  def apply_gradients(
+    self, grads: Any, tx: optax.GradientTransformation
+  ) -> TrainState:
+    """One optimiser update with `grads` (same structure as params)."""
+    updates, opt_state = tx.update(grads, self.opt_state, self.params)
+    return self.replace(
+      step=self.step + 1,
+      params=optax.apply_updates(self.params, updates),
+      opt_state=opt_state,
+    )
+
+
+def _init_boxed_params(model: nn.Module, rng: jax.Array) -> Any:
+  """The model's `params`, boxed with logical axis names."""
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  valid = jnp.ones((1, 1), bool)
+  positions = transformer.positions_from_valid(valid)
+  # No rules while initialising: activation constraints on a 1-row dummy
+  # batch would ask for an uneven split.
+  with nn.logical_axis_rules(()):
+    return model.init(rng, tokens, positions, valid)["params"]
+
+
+def _models(model_cfg: transformer.TransformerConfig):
+  return transformer.Actor(model_cfg), transformer.Critic(model_cfg)
+
+
+def _state_shardings(
+  model: nn.Module,
+  tx: optax.GradientTransformation,
+  mesh: jax.sharding.Mesh,
+  rules: mesh_lib.Rules,
+) -> TrainState:
+  """TrainState of shardings: params per the rules, opt state follows."""
+  boxed = jax.eval_shape(
+    functools.partial(_init_boxed_params, model), jax.random.key(0)
+  )
+  params_sh = sharding.param_shardings(boxed, mesh, rules)
+  abstract_params = sharding.unbox(boxed)
+  abstract_opt = jax.eval_shape(tx.init, abstract_params)
+  replicated = sharding.replicated(mesh)
+
+  def follow(state_leaf, param, param_sh):
+    # A params-shaped subtree of the optimiser state (Adam's mu, nu).
+    if state_leaf.shape != param.shape:
+      raise ValueError(
+        f"optimiser state leaf of shape {state_leaf.shape} sits where a"
+        f" param of shape {param.shape} is; cannot give it that sharding."
+      )
+    return param_sh
+
+  opt_sh = optax.tree_map_params(
+    tx,
+    follow,
+    abstract_opt,
+    abstract_params,
+    params_sh,
+    transform_non_params=lambda _: replicated,
+  )
+  return TrainState(step=replicated, params=params_sh, opt_state=opt_sh)
+
+
+def train_state_shardings(
+  model_cfg: transformer.TransformerConfig,
+  optim_cfg: OptimConfig,
+  mesh: jax.sharding.Mesh,
+  rules: mesh_lib.Rules,
+) -> tuple[TrainState, TrainState]:
+  """Shardings of (actor state, critic state), for jit in/out shardings.
+
+  Raises:
+    ValueError: a parameter cannot be sharded as the rules say (see
+      `sharding.param_specs`).
+  """
+  actor, critic = _models(model_cfg)
+  actor_tx, critic_tx = make_optimizers(optim_cfg)
+  return (
+    _state_shardings(actor, actor_tx, mesh, rules),
+    _state_shardings(critic, critic_tx, mesh, rules),
+  )
+
+
+def _init_states(
+  rng: jax.Array,
+  *,
+  actor: nn.Module,
+  critic: nn.Module,
+  actor_tx: optax.GradientTransformation,
+  critic_tx: optax.GradientTransformation,
+  critic_init: str,
+) -> tuple[TrainState, TrainState]:
+  actor_rng, critic_rng = jax.random.split(rng)
+  actor_params = sharding.unbox(_init_boxed_params(actor, actor_rng))
+  critic_params = sharding.unbox(_init_boxed_params(critic, critic_rng))
+  if critic_init == "actor":
+    critic_params = transformer.init_critic_from_actor(
+      critic_params, actor_params
+    )
+  return (
+    TrainState.create(actor_params, actor_tx),
+    TrainState.create(critic_params, critic_tx),
+  )
+
+
+def create_train_states(
+  model_cfg: transformer.TransformerConfig,
+  optim_cfg: OptimConfig,
+  mesh: jax.sharding.Mesh,
+  rules: mesh_lib.Rules,
+  rng: jax.Array,
+  critic_init: str = "random",
+) -> tuple[TrainState, TrainState]:
+  """Actor and critic train states, initialised directly in their shards.
+
+  Args:
+    model_cfg: the model both states are built for.
+    optim_cfg: learning rates and AdamW settings (see `OptimConfig`).
+    mesh: the device mesh.
+    rules: validated logical-to-mesh rules.
+    rng: PRNG key; the same key gives the same values on any mesh.
+    critic_init: "random" (own initialisation) or "actor" (the critic's
+      trunk starts as a copy of the actor's; its value head is zeros).
+
+  Returns:
+    (actor state, critic state), sharded as `train_state_shardings` says.
+
+  Raises:
+    ValueError: unknown `critic_init`, or a parameter cannot be sharded.
+  """
+  if critic_init not in transformer.CRITIC_INITS:
+    raise ValueError(
+      f"critic_init={critic_init!r}: expected one of"
+      f" {transformer.CRITIC_INITS}."
+    )
+  actor, critic = _models(model_cfg)
+  actor_tx, critic_tx = make_optimizers(optim_cfg)
+  shardings = train_state_shardings(model_cfg, optim_cfg, mesh, rules)
+  init = functools.partial(
+    _init_states,
+    actor=actor,
+    critic=critic,
+    actor_tx=actor_tx,
+    critic_tx=critic_tx,
+    critic_init=critic_init,
+  )
+  rng = jax.device_put(rng, sharding.replicated(mesh))
+  return jax.jit(init, out_shardings=shardings)(rng)
