@@ -277,24 +277,71 @@ def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
   return out.astype(x.dtype)
 
 
+class HeadProjection(nn.Module):
+  """x [B, T, D] -> [B, T, N, H] with a 3-D kernel [D, N, H] (+ bias [N, H]).
+
+  The kernel is created 3-D (not flattened as `nn.DenseGeneral` does), so its
+  three logical axis names apply to the array as stored and it can be
+  sharded along heads under `nn.logical_axis_rules`.
+  """
+
+  config: TransformerConfig
+  heads: int
+  use_bias: bool
+
+  @nn.compact
+  def __call__(self, x):
+    """Projects the last axis of x to `heads` heads."""
+    cfg = self.config
+    kernel = self.param(
+      "kernel",
+      _normal(cfg, ("embed", "heads", "kv")),
+      (x.shape[-1], self.heads, cfg.head_dim),
+      cfg.jnp_param_dtype,
+    )
+    y = jnp.einsum(
+      "btd,dnh->btnh", x.astype(cfg.jnp_dtype), kernel.astype(cfg.jnp_dtype)
+    )
+    if self.use_bias:
+      bias = self.param(
+        "bias",
+        nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")),
+        (self.heads, cfg.head_dim),
+        cfg.jnp_param_dtype,
+      )
+      y = y + bias.astype(cfg.jnp_dtype)
+    return y
+
+
+class OutProjection(nn.Module):
+  """[B, T, N, H] -> [B, T, D] with a 3-D kernel [N, H, D]."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x):
+    """Merges the heads of x into the model width."""
+    cfg = self.config
+    kernel = self.param(
+      "kernel",
+      _normal(cfg, ("heads", "kv", "embed")),
+      (x.shape[-2], x.shape[-1], cfg.embed_dim),
+      cfg.jnp_param_dtype,
+    )
+    return jnp.einsum(
+      "btnh,nhd->btd", x.astype(cfg.jnp_dtype), kernel.astype(cfg.jnp_dtype)
+    )
+
+
 class Attention(nn.Module):
   """Grouped-query self-attention with rotary embeddings and a KV cache."""
 
   config: TransformerConfig
 
   def _proj(self, name, heads, x):
-    cfg = self.config
-    return nn.DenseGeneral(
-      features=(heads, cfg.head_dim),
-      use_bias=cfg.qkv_bias,
-      dtype=cfg.jnp_dtype,
-      param_dtype=cfg.jnp_param_dtype,
-      kernel_init=_normal(cfg, ("embed", "heads", "kv")),
-      bias_init=nn.with_logical_partitioning(
-        nn.initializers.zeros, ("heads", "kv")
-      ),
-      name=name,
-    )(x)
+    return HeadProjection(self.config, heads, self.config.qkv_bias, name=name)(
+      x
+    )
 
   @nn.compact
   def __call__(self, x, positions, valid, layer_kv, cache_meta):
@@ -348,15 +395,7 @@ class Attention(nn.Module):
     out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
     out = out.reshape(b, t, cfg.num_heads, cfg.head_dim)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads", "kv"))
-    out = nn.DenseGeneral(
-      features=cfg.embed_dim,
-      axis=(-2, -1),
-      use_bias=False,
-      dtype=cfg.jnp_dtype,
-      param_dtype=cfg.jnp_param_dtype,
-      kernel_init=_normal(cfg, ("heads", "kv", "embed")),
-      name="o_proj",
-    )(out)
+    out = OutProjection(cfg, name="o_proj")(out)
     return out, new_kv
 
 

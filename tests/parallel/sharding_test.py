@@ -271,17 +271,6 @@ def test_axis_rules_need_every_activation_axis():
       pass
 
 
-@pytest.mark.xfail(
-  strict=True,
-  raises=ValueError,
-  reason=(
-    "transformer.py's q/k/v/o projections are nn.DenseGeneral with 2 feature"
-    " (or contracted) axes: Flax initialises a flat 2-D kernel boxed with 3"
-    " logical names, and apply() re-runs that init to check shapes, so the"
-    " box's constraint fails once rules and a mesh are set. Fix in the"
-    " model (3-D params + einsum), then drop this marker."
-  ),
-)
 def test_model_traces_under_axis_rules():
   model = transformer.Actor(model_config("smoke"))
   params = sharding.unbox(boxed_params(model))
