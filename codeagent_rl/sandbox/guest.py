@@ -69,6 +69,7 @@ _KILL_TIMEOUT_S = 3.0
 _DRAIN_S = 1.0
 _RESULT_FD = 3
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 _TRUNCATED = "\n[... truncated]"
 
 
@@ -421,6 +422,10 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
 
 def _spare_main(config, job_r, out_w, err_w, res_w) -> None:
   """A spare: waits for its job, then becomes a confined job process."""
+  if config.get("parent_pid") is not None:
+    # Process backend: the job dies with the zygote (which exits with the
+    # server); in a sandbox everything dies with the sandbox anyway.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
   message = wire.read_frame(job_r)
   os.close(job_r)
   if message is None:  # the server is shutting down
@@ -920,15 +925,20 @@ def _stdio_status(cap: _Capture) -> tuple[str, str]:
   return "ok", ""
 
 
-def _become_subreaper() -> bool:
-  """Orphans of job processes re-parent to us (Linux); False elsewhere."""
+def _prctl(option: int, value: int) -> bool:
+  """prctl(2) through ctypes (Linux); False where unavailable."""
   try:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return libc.prctl(option, value, 0, 0, 0) == 0
   except (OSError, AttributeError):
     return False
+
+
+def _become_subreaper() -> bool:
+  """Orphans of job processes re-parent to us (Linux); False elsewhere."""
+  return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def main(argv: list[str]) -> int:
@@ -943,6 +953,12 @@ def main(argv: list[str]) -> int:
   os.close(null)
   if config["kill_scope"] == "descendants" and not _become_subreaper():
     print("guest: cannot become a child subreaper", file=sys.stderr)
+  parent = config.get("parent_pid")
+  if parent is not None:
+    # A plain subprocess of the host: die with it (race-free: check after).
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+      return 0
   try:
     ForkServer(config, in_fd, out_fd).serve()
   except OSError as e:

@@ -22,7 +22,8 @@ All runsc state lives under one private temporary root per host process
 input (the forkserver exits), kills `runsc run` if needed (the sandbox is
 attached to it), runs `runsc delete --force` and removes the bundle. An
 atexit hook does this for every live sandbox; if the host is killed,
-PR_SET_PDEATHSIG takes `runsc run` (and with it the sandbox) down, and
+PR_SET_PDEATHSIG (`setpriv --pdeathsig KILL`) takes `runsc run`, and with
+it the attached sandbox, down, and
 `sweep_stale_roots()` (run whenever a launcher starts) deletes the state of
 host processes that no longer exist. `runsc do` is never used: it exposes the
 host's file system and environment.
@@ -330,6 +331,7 @@ class GVisorLauncher:
     with open(os.path.join(bundle, "config.json"), "w") as f:
       json.dump(spec, f, indent=1)
     argv = [
+      *worker.die_with_parent_prefix(),
       self.runsc,
       f"--root={self.state_root}",
       "--network=none",

@@ -7,23 +7,22 @@ with a deadline. Any deviation (end of file, a reply too late, a malformed
 or mismatched frame) raises a `SandboxError`; the caller reports the job in
 flight as `sandbox_error` and starts a fresh process.
 
-Every live `GuestProcess` is closed at interpreter exit (atexit), and on
-Linux its child gets SIGKILL when the thread that started it dies
-(PR_SET_PDEATHSIG), so a crashed host leaves no sandbox running.
+Every live `GuestProcess` is closed at interpreter exit (atexit). On Linux
+a crashed host leaves nothing running either: `runsc run` is started under
+`setpriv --pdeathsig KILL` (the sandbox is attached to it), and the process
+backend's forkserver sets the same signal on itself.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
-import ctypes
-import ctypes.util
+import functools
 import logging
 import os
 import pathlib
 import select
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -43,7 +42,6 @@ GUEST_FILES = ("guest.py", "wire.py")
 # forkserver enforces that limit; this only catches a wedged sandbox).
 REPLY_MARGIN_S = 10.0
 _STDERR_KEEP = 64 << 10
-_PR_SET_PDEATHSIG = 1
 
 _LIVE: weakref.WeakSet[GuestProcess] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
@@ -53,23 +51,24 @@ class SandboxError(RuntimeError):
   """The sandbox itself failed (not the job): it must be replaced."""
 
 
-def _load_prctl():
-  try:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    return libc.prctl
-  except (OSError, AttributeError):
-    return None
+@functools.cache
+def die_with_parent_prefix() -> tuple[str, ...]:
+  """Argv prefix that SIGKILLs the command when the starting thread dies.
 
-
-# Resolved before any fork: the child of a threaded parent may only make
-# simple calls between fork and exec.
-_PRCTL = _load_prctl()
-
-
-def _die_with_parent() -> None:
-  """preexec_fn: SIGKILL this child when the thread that forked it dies."""
-  if _PRCTL is not None:
-    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  `setpriv --pdeathsig KILL` (util-linux) sets PR_SET_PDEATHSIG and execs
+  the command, so no Python runs between fork and exec in this (possibly
+  multi-threaded) process. Empty where setpriv is missing; then only atexit
+  and `gvisor.sweep_stale_roots` clean up after a crashed host.
+  """
+  setpriv = shutil.which("setpriv")
+  if setpriv is None:
+    return ()
+  probe = subprocess.run(
+    [setpriv, "--pdeathsig", "KILL", "--", "true"],
+    capture_output=True,
+    check=False,
+  )
+  return (setpriv, "--pdeathsig", "KILL", "--") if probe.returncode == 0 else ()
 
 
 def guest_command(python: str, guest_dir: str, guest_config: dict) -> list:
@@ -133,7 +132,6 @@ class GuestProcess:
       stderr=subprocess.PIPE,
       env=env or {},
       close_fds=True,
-      preexec_fn=_die_with_parent,  # noqa: PLW1509
     )
     with _LIVE_LOCK:
       _LIVE.add(self)
@@ -290,6 +288,7 @@ class ProcessLauncher:
       "uid": UNTRUSTED_UID if as_root else None,
       "gid": UNTRUSTED_GID if as_root else None,
       "kill_scope": "descendants",
+      "parent_pid": os.getpid(),
     }
     return GuestProcess(
       guest_command(self.config.python, str(GUEST_DIR), guest_config),

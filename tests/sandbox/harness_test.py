@@ -368,21 +368,36 @@ def test_close_leaves_nothing_behind():
 
 
 LAUNCH_SCRIPT = """
-import sys, time
-from codeagent_rl.sandbox import config, gvisor
-launcher = gvisor.GVisorLauncher(config.SandboxConfig())
-guest = launcher.launch()
-print(launcher.root, flush=True)
+import json, sys, time
+from codeagent_rl.sandbox import config, gvisor, worker
+if sys.argv[2] == "gvisor":
+  launcher = gvisor.GVisorLauncher(config.SandboxConfig())
+  guest = launcher.launch()
+  print(launcher.root, flush=True)
+else:
+  launcher = worker.ProcessLauncher(config.SandboxConfig(backend="process"))
+  guest = launcher.launch()
+  print(json.loads(guest.proc.args[-1])["scratch_root"], flush=True)
 if sys.argv[1] == "hang":
+  # Keep the forkserver busy with a job, so that it would not notice the end
+  # of its input: only PR_SET_PDEATHSIG can take the sandbox down in time.
+  import threading
+  job = {"id": 1, "kind": "stdio", "code": "import time; time.sleep(90)",
+         "entry_point": None, "tests": [{"stdin": ""}], "timeout_s": 100,
+         "test_timeout_s": 100, "memory_mb": 256, "max_output_bytes": 4096,
+         "max_processes": 4, "max_file_mb": 1, "max_open_files": 32}
+  threading.Thread(target=guest.run, args=(job, 100), daemon=True).start()
   time.sleep(120)
 """
 
 
-def _start_host(mode: str, tmp_dir) -> tuple[subprocess.Popen, str]:
+def _start_host(
+  mode: str, tmp_dir, backend: str = "gvisor"
+) -> tuple[subprocess.Popen, str]:
   # A private TMPDIR: launchers of other test processes sweep the default
   # one, and must not race this test for the stale root.
   proc = subprocess.Popen(
-    [sys.executable, "-c", LAUNCH_SCRIPT, mode],
+    [sys.executable, "-c", LAUNCH_SCRIPT, mode, backend],
     cwd=REPO_ROOT,
     stdout=subprocess.PIPE,
     text=True,
@@ -411,3 +426,11 @@ def test_host_crash_leaves_no_sandbox_and_state_is_swept(tmp_path):
   removed = gvisor.sweep_stale_roots(gvisor.find_runsc("runsc"), str(tmp_path))
   assert root in removed  # ...until the next launcher sweeps it
   assert not os.path.exists(root)
+
+
+def test_process_backend_dies_with_its_host(tmp_path):
+  proc, scratch = _start_host("hang", tmp_path, backend="process")
+  assert len(_processes_mentioning(scratch)) >= 2  # server, zygote, spare
+  proc.kill()
+  proc.wait(timeout=10)
+  assert _wait_until_gone(scratch) == []
