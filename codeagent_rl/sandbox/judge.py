@@ -17,6 +17,7 @@ line and trailing blank lines.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import copy
 import dataclasses
 import math
@@ -210,6 +211,25 @@ class Grade:
     }
 
 
+def tests_job(
+  task: schema.Task,
+  tests: Sequence[dict],
+  code: str,
+  timeout_s: float | None = None,
+) -> jobs.Job:
+  """The job that runs `code` on the inputs of `tests` (tests of `task`).
+
+  Only inputs go in: `expected`, `expected_stdout` and `checker` stay here.
+  """
+  if task.kind == jobs.FUNCTION:
+    inputs = [(t["args"], t.get("kwargs", {})) for t in tests]
+    return jobs.Job.function(
+      code, task.entry_point, inputs, timeout_s=timeout_s
+    )
+  stdins = [t["stdin"] for t in tests]
+  return jobs.Job.program(code, stdins, timeout_s=timeout_s)
+
+
 def solution_job(
   task: schema.Task, code: str, timeout_s: float | None = None
 ) -> jobs.Job:
@@ -218,13 +238,7 @@ def solution_job(
   Only inputs go in: `expected`, `expected_stdout` and `checker` stay here.
   """
   tests = [*task.hidden_tests, *task.heldout_tests]
-  if task.kind == jobs.FUNCTION:
-    inputs = [(t["args"], t.get("kwargs", {})) for t in tests]
-    return jobs.Job.function(
-      code, task.entry_point, inputs, timeout_s=timeout_s
-    )
-  stdins = [t["stdin"] for t in tests]
-  return jobs.Job.program(code, stdins, timeout_s=timeout_s)
+  return tests_job(task, tests, code, timeout_s)
 
 
 def grade_result(

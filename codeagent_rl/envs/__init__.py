@@ -1,0 +1,1 @@
+"""The code-agent environment: action protocol, observations, budgets."""

@@ -1,0 +1,388 @@
+r"""Offline grading: samples JSONL -> results JSONL, and pass@k.
+
+  python -m codeagent_rl.grade --tasks=TASKS.jsonl --samples=SAMPLES.jsonl \
+      --out=RESULTS.jsonl [--backend=gvisor|process]
+
+A sample line is `{"task_id": ..., "completion": "<python source>"}`,
+optionally with `"trajectory": [actions]` (kept for the anti-cheat; not used
+yet); other keys are ignored. Blank lines are skipped; `sample_index` is a
+sample's 0-based position among the non-blank lines. Each completion runs on
+its task's suites A and B in the sandbox (inputs only; the expected values
+stay here) and is judged here. One result line per sample, in sample order,
+written and flushed as soon as it and every sample before it are graded:
+
+  {"task_id": "add", "sample_index": 0, "status": "ok", "executed": true,
+   "suite_a": {"passed": 7, "total": 7}, "suite_b": {"passed": 20,
+   "total": 20}, "flags": [], "reward": 1.0, "reason": "", "duration_s": 0.01}
+
+`reward` is `types.Rewards.total` (the suite A pass fraction until the
+anti-cheat stages land; `flags` is empty until then). Progress goes to
+stderr. The last line of stdout is the summary, one JSON object: pass@1,
+and pass@5 / pass@10 where every graded task has at least that many samples
+(the unbiased estimator 1 - C(n-c, k) / C(n, k), averaged over tasks), for
+suite A ("solved": every test of suite A passed) and for suites A and B
+(an empty suite B counts as passed). Problems with the inputs stop the run
+before any grading with a message that names the file and line.
+
+The sandbox is set by the `--sandbox_*` flags of `sandbox/harness.py`;
+`--backend` is a short form of `--sandbox_backend`.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+from absl import app
+from absl import flags
+import jax
+import numpy as np
+
+from codeagent_rl.envs import code_env
+from codeagent_rl.sandbox import config as config_lib
+from codeagent_rl.sandbox import gvisor
+from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import jobs
+from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import schema
+
+_TASKS = flags.DEFINE_string("tasks", None, "JSONL task file.")
+_SAMPLES = flags.DEFINE_string(
+  "samples", None, 'JSONL samples: {"task_id", "completion"} per line.'
+)
+_OUT = flags.DEFINE_string("out", None, "JSONL results, one line per sample.")
+_BACKEND = flags.DEFINE_enum(
+  "backend",
+  None,
+  config_lib.BACKENDS,
+  "Sandbox backend; short for --sandbox_backend (default: gvisor).",
+)
+_PROGRESS_EVERY_S = flags.DEFINE_float(
+  "progress_every_s", 10.0, "Seconds between progress lines on stderr."
+)
+
+# pass@k is reported for these k (where every graded task has n >= k).
+PASS_AT_K = (1, 5, 10)
+
+
+class SampleFormatError(ValueError):
+  """A samples file is malformed; the message names the file and line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+  """One completion to grade.
+
+  Attributes:
+    index: position among the samples (0-based).
+    line: line number in the file (1-based), for messages.
+    task_id: the task it answers.
+    completion: Python source.
+    trajectory: the actions that led to it, if given.
+  """
+
+  index: int
+  line: int
+  task_id: str
+  completion: str
+  trajectory: tuple | None = None
+
+
+def read_samples(
+  path: str | os.PathLike, task_ids: Iterable[str]
+) -> list[Sample]:
+  """Reads and validates a samples file.
+
+  Args:
+    path: the JSONL file.
+    task_ids: the known tasks.
+
+  Returns:
+    The samples in file order.
+
+  Raises:
+    SampleFormatError: naming the file and line of the first problem.
+    OSError: the file cannot be read.
+  """
+  known = set(task_ids)
+  samples = []
+  with open(path, encoding="utf-8") as f:
+    for lineno, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      where = f"{os.fspath(path)}:{lineno}"
+      try:
+        obj = json.loads(line)
+      except (ValueError, RecursionError) as e:
+        raise SampleFormatError(f"{where}: not valid JSON: {e}.") from None
+      if not isinstance(obj, dict):
+        raise SampleFormatError(f"{where}: a sample must be a JSON object.")
+      task_id = obj.get("task_id")
+      if not isinstance(task_id, str):
+        raise SampleFormatError(f"{where}: task_id: missing or not a string.")
+      if task_id not in known:
+        raise SampleFormatError(
+          f"{where}: task_id: {task_id!r} is not in the task file."
+        )
+      completion = obj.get("completion")
+      if not isinstance(completion, str):
+        raise SampleFormatError(
+          f"{where}: completion: missing or not a string of Python source."
+        )
+      trajectory = obj.get("trajectory")
+      if trajectory is not None and not isinstance(trajectory, list):
+        raise SampleFormatError(f"{where}: trajectory: must be a list.")
+      samples.append(
+        Sample(
+          index=len(samples),
+          line=lineno,
+          task_id=task_id,
+          completion=completion,
+          trajectory=None if trajectory is None else tuple(trajectory),
+        )
+      )
+  return samples
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+  """Unbiased pass@k of one task: 1 - C(n - c, k) / C(n, k).
+
+  Args:
+    n: samples of the task.
+    c: correct samples among them.
+    k: the k of pass@k; needs n >= k.
+
+  Returns:
+    The probability that k samples drawn without replacement from the n
+    hold a correct one (exact integer binomials, one rounding).
+  """
+  if not 0 <= c <= n or not 1 <= k <= n:
+    raise ValueError(
+      f"pass_at_k needs 0 <= c <= n and 1 <= k <= n; got {n=}, {c=}, {k=}."
+    )
+  return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _suite_passed(score: dict) -> bool:
+  return score["passed"] == score["total"]
+
+
+def summarize(results: Iterable[dict], ks: Sequence[int] = PASS_AT_K) -> dict:
+  """The summary of result lines (see the module docstring).
+
+  Args:
+    results: result lines (`task_id`, `status`, `suite_a`, `suite_b`,
+      `reward`).
+    ks: candidate k of pass@k.
+
+  Returns:
+    A JSON-safe dict.
+  """
+  per_task: dict[str, list[tuple[bool, bool]]] = {}
+  statuses: collections.Counter = collections.Counter()
+  rewards = []
+  for r in results:
+    a = _suite_passed(r["suite_a"])
+    ab = a and _suite_passed(r["suite_b"])
+    per_task.setdefault(r["task_id"], []).append((a, ab))
+    statuses[r["status"]] += 1
+    rewards.append(r["reward"])
+  counts = [len(v) for v in per_task.values()]
+  usable = [k for k in ks if counts and min(counts) >= k]
+  summary: dict[str, Any] = {
+    "num_samples": len(rewards),
+    "num_tasks": len(per_task),
+    "samples_per_task": {
+      "min": min(counts, default=0),
+      "max": max(counts, default=0),
+    },
+    "statuses": dict(sorted(statuses.items())),
+    "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+  }
+  for name, column in (("suite_a", 0), ("suite_a_and_b", 1)):
+    summary[name] = {
+      f"pass@{k}": sum(
+        pass_at_k(len(v), sum(x[column] for x in v), k)
+        for v in per_task.values()
+      )
+      / len(per_task)
+      for k in usable
+    }
+  return summary
+
+
+def result_line(sample: Sample, outcome: code_env.Outcome) -> dict:
+  """The result line of a graded sample."""
+  grade = outcome.grade
+  total = np.asarray(code_env.rewards([outcome]).total)[0]
+  # The shortest decimal that is this float32 (0.2, not 0.200000003).
+  reward = float(str(total))
+  return {
+    "task_id": sample.task_id,
+    "sample_index": sample.index,
+    "status": jobs.status_name(outcome.status),
+    "executed": outcome.executed,
+    "suite_a": {
+      "passed": outcome.suite_a_passed,
+      "total": outcome.suite_a_total,
+    },
+    "suite_b": {
+      "passed": outcome.suite_b_passed,
+      "total": outcome.suite_b_total,
+    },
+    "flags": [],
+    "reward": reward,
+    "reason": grade.result.reason if grade else "",
+    "duration_s": grade.result.duration_s if grade else 0.0,
+  }
+
+
+def grade_samples(
+  pool: Any,
+  tasks: dict[str, schema.Task],
+  samples: Sequence[Sample],
+  out: TextIO,
+  *,
+  judge_config: judge.JudgeConfig | None = None,
+  in_flight: int | None = None,
+  sandbox_retries: int = 1,
+  progress: Callable[[int, int], None] | None = None,
+) -> list[dict]:
+  """Grades every sample; writes and flushes each result line in order.
+
+  Args:
+    pool: runs the jobs (`submit(job) -> Future`).
+    tasks: task_id -> task.
+    samples: what to grade.
+    out: where result lines go (flushed after each).
+    judge_config: float tolerance (None: `judge.JudgeConfig()`).
+    in_flight: jobs queued at once (default: 4 per pool worker).
+    sandbox_retries: resubmissions of a job that hit a sandbox error.
+    progress: called as progress(done, total) after each sample.
+
+  Returns:
+    The result lines, in sample order.
+  """
+  judge_config = judge_config or judge.JudgeConfig()
+  if in_flight is None:
+    in_flight = 4 * pool.config.pool_size
+  queue = collections.deque()
+  lines = []
+  todo = iter(samples)
+
+  def fill():
+    while len(queue) < in_flight:
+      sample = next(todo, None)
+      if sample is None:
+        return
+      job = judge.solution_job(tasks[sample.task_id], sample.completion)
+      queue.append((sample, job, pool.submit(job)))
+
+  fill()
+  while queue:
+    sample, job, future = queue.popleft()
+    result = code_env.await_result(pool, job, future, sandbox_retries)
+    fill()
+    grade = judge.grade_result(tasks[sample.task_id], result, judge_config)
+    line = result_line(sample, code_env.Outcome.from_grade(grade))
+    out.write(json.dumps(line) + "\n")
+    out.flush()
+    lines.append(line)
+    if progress is not None:
+      progress(len(lines), len(samples))
+  return lines
+
+
+class _Progress:
+  """Prints `grade: done/total` to stderr every `every_s` seconds."""
+
+  def __init__(self, every_s: float):
+    self._every_s = every_s
+    self._start = self._last = time.monotonic()
+
+  def __call__(self, done: int, total: int) -> None:
+    now = time.monotonic()
+    if now - self._last < self._every_s and done < total:
+      return
+    self._last = now
+    rate = done / max(now - self._start, 1e-9)
+    print(
+      f"grade: {done}/{total} samples ({100 * done / total:.0f}%),"
+      f" {rate:.1f}/s",
+      file=sys.stderr,
+      flush=True,
+    )
+
+
+def _sandbox_config() -> config_lib.SandboxConfig:
+  backend = _BACKEND.value
+  sandbox_flag = flags.FLAGS["sandbox_backend"]
+  if backend is not None and sandbox_flag.present:
+    if sandbox_flag.value != backend:
+      raise app.UsageError(
+        f"--backend={backend} contradicts"
+        f" --sandbox_backend={sandbox_flag.value}."
+      )
+  overrides = {} if backend is None else {"backend": backend}
+  try:
+    return harness.config_from_flags(**overrides)
+  except ValueError as e:
+    sys.exit(str(e))
+
+
+def main(argv: list[str]) -> None:
+  """Entry point of `python -m codeagent_rl.grade`."""
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  # Rewards are tiny arrays; never claim an accelerator for them.
+  jax.config.update("jax_platforms", "cpu")
+  config = _sandbox_config()
+  try:
+    tasks = {t.task_id: t for t in schema.read_tasks(_TASKS.value)}
+  except (OSError, schema.TaskFormatError) as e:
+    sys.exit(f"--tasks: {e}")
+  try:
+    samples = read_samples(_SAMPLES.value, tasks)
+  except (OSError, SampleFormatError) as e:
+    sys.exit(f"--samples: {e}")
+  print(
+    f"grade: {len(samples)} samples of {len({s.task_id for s in samples})}"
+    f" tasks, backend {config.backend}, {config.pool_size} workers",
+    file=sys.stderr,
+    flush=True,
+  )
+  start = time.monotonic()
+  try:
+    out = open(_OUT.value, "w", encoding="utf-8")
+  except OSError as e:
+    sys.exit(f"--out: {e}")
+  try:
+    pool = harness.SandboxPool(config)
+  except gvisor.RunscNotFoundError as e:
+    out.close()
+    sys.exit(str(e))
+  with out, pool:
+    lines = grade_samples(
+      pool, tasks, samples, out, progress=_Progress(_PROGRESS_EVERY_S.value)
+    )
+  summary = summarize(lines)
+  summary["elapsed_s"] = round(time.monotonic() - start, 3)
+  summary["out"] = _OUT.value
+  for name in ("suite_a", "suite_a_and_b"):
+    scores = ", ".join(f"{k} {v:.4f}" for k, v in summary[name].items())
+    print(f"{name}: {scores or 'no samples'}")
+  print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["tasks", "samples", "out"])
+  app.run(main)

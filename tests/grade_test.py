@@ -1,0 +1,333 @@
+"""`python -m codeagent_rl.grade`: the contract external checks rely on."""
+
+import io
+import itertools
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from codeagent_rl import grade
+from codeagent_rl.sandbox import config as config_lib
+from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import schema
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+FAST_LIMITS = ("--sandbox_timeout_s=1.5", "--sandbox_test_timeout_s=0.3")
+
+CORRECT = "def add(a, b):\n  return a + b\n"
+# Right on small numbers only: passes part of suite A, none of suite B.
+PARTIAL = "def add(a, b):\n  return a + b if a < 3 else 0\n"
+SAMPLES = {
+  "correct": CORRECT,
+  "partial": PARTIAL,
+  "wrong": "def add(a, b):\n  return None\n",
+  "raises": "def add(a, b):\n  raise RuntimeError('no')\n",
+  "exits": "import sys\nsys.exit(0)\n",
+  "syntax": "def add(a, b)\n  return a + b\n",
+  "loops": "def add(a, b):\n  while True:\n    pass\n",
+}
+
+
+def _add_task(task_id: str = "add", heldout: int = 4) -> schema.Task:
+  return schema.Task(
+    task_id=task_id,
+    prompt="Add two numbers.",
+    entry_point="add",
+    kind="function",
+    visible_tests=({"args": [1, 2], "expected": 3},),
+    hidden_tests=tuple({"args": [a, 1], "expected": a + 1} for a in range(5)),
+    heldout_tests=tuple(
+      {"args": [10 + a, -a], "expected": 10} for a in range(heldout)
+    ),
+    reference_solution=CORRECT,
+    metadata={},
+  )
+
+
+def _echo_task() -> schema.Task:
+  return schema.Task(
+    task_id="echo",
+    prompt="Print stdin upper-cased.",
+    entry_point=None,
+    kind="stdio",
+    visible_tests=(),
+    hidden_tests=({"stdin": "ab\n", "expected_stdout": "AB\n"},),
+    heldout_tests=({"stdin": "x\n", "expected_stdout": "X\n"},),
+    reference_solution="print(input().upper())\n",
+    metadata={},
+  )
+
+
+def _write_samples(path: pathlib.Path, rows: list) -> None:
+  with open(path, "w") as f:
+    for row in rows:
+      f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+
+
+# --- pass@k -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+  "n,c,k,want",
+  [
+    (5, 2, 1, 0.4),  # c / n
+    (5, 2, 2, 0.7),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    (5, 2, 3, 0.9),  # 1 - C(3,3)/C(5,3) = 1 - 1/10
+    (5, 2, 4, 1.0),  # fewer than k wrong samples
+    (5, 0, 5, 0.0),
+    (10, 1, 5, 0.5),  # 1 - C(9,5)/C(10,5) = 1 - 126/252
+    (10, 3, 10, 1.0),
+  ],
+)
+def test_pass_at_k_hand_cases(n, c, k, want):
+  assert grade.pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+
+
+def test_pass_at_k_matches_sampling_definition():
+  # pass@k = share of k-subsets that hold a correct sample.
+  n, c = 7, 3
+  samples = [True] * c + [False] * (n - c)
+  for k in range(1, n + 1):
+    subsets = list(itertools.combinations(samples, k))
+    want = sum(any(s) for s in subsets) / len(subsets)
+    assert grade.pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+  assert grade.pass_at_k(200, 13, 10) == pytest.approx(
+    1 - math.comb(187, 10) / math.comb(200, 10), abs=1e-12
+  )
+
+
+@pytest.mark.parametrize("n,c,k", [(5, 6, 1), (5, 1, 0), (5, 1, 6), (3, -1, 1)])
+def test_pass_at_k_rejects(n, c, k):
+  with pytest.raises(ValueError):
+    grade.pass_at_k(n, c, k)
+
+
+def _line(task_id, a, b, total=2):
+  return {
+    "task_id": task_id,
+    "status": "ok",
+    "suite_a": {"passed": a, "total": total},
+    "suite_b": {"passed": b, "total": total},
+    "reward": a / total,
+  }
+
+
+def test_summarize_hand_case():
+  # Task x: 5 samples, 2 solve A, 1 of them solves B too; task y: all solve.
+  lines = [_line("x", 2, 2), _line("x", 2, 1), _line("x", 1, 2)]
+  lines += [_line("x", 0, 0), _line("x", 0, 2)]
+  lines += [_line("y", 2, 2)] * 5
+  summary = grade.summarize(lines)
+  assert summary["num_samples"] == 10 and summary["num_tasks"] == 2
+  assert summary["samples_per_task"] == {"min": 5, "max": 5}
+  assert summary["statuses"] == {"ok": 10}
+  assert summary["suite_a"] == pytest.approx({"pass@1": 0.7, "pass@5": 1.0})
+  assert summary["suite_a_and_b"] == pytest.approx(
+    {"pass@1": (0.2 + 1.0) / 2, "pass@5": 1.0}
+  )
+  assert summary["mean_reward"] == pytest.approx((2.5 + 5) / 10)
+  # One task with fewer samples: pass@5 is no longer defined for all.
+  summary = grade.summarize(lines[:3] + lines[5:])
+  assert set(summary["suite_a"]) == {"pass@1"}
+  assert summary["suite_a"]["pass@1"] == pytest.approx((2 / 3 + 1) / 2)
+
+
+def test_summarize_empty_suite_b_counts_as_passed():
+  lines = [_line("z", 2, 0, total=2) | {"suite_b": {"passed": 0, "total": 0}}]
+  assert grade.summarize(lines)["suite_a_and_b"] == {"pass@1": 1.0}
+  assert grade.summarize([])["suite_a"] == {}
+
+
+# --- Reading samples ----------------------------------------------------------
+
+
+def test_read_samples(tmp_path):
+  path = tmp_path / "s.jsonl"
+  _write_samples(
+    path,
+    [
+      {"task_id": "add", "completion": "x = 1\n", "model": "ignored"},
+      "",
+      {"task_id": "add", "completion": "y", "trajectory": ["<run>y</run>"]},
+    ],
+  )
+  samples = grade.read_samples(path, ["add"])
+  assert [(s.index, s.line) for s in samples] == [(0, 1), (1, 3)]
+  assert samples[1].trajectory == ("<run>y</run>",)
+  assert samples[0].completion == "x = 1\n"
+
+
+@pytest.mark.parametrize(
+  "row,message",
+  [
+    ("{not json", "s.jsonl:2: not valid JSON"),
+    ("[1, 2]", "s.jsonl:2: a sample must be a JSON object"),
+    ({"completion": "x"}, "s.jsonl:2: task_id: missing"),
+    ({"task_id": "nope", "completion": "x"}, "s.jsonl:2: task_id: 'nope' is"),
+    ({"task_id": "add"}, "s.jsonl:2: completion: missing"),
+    ({"task_id": "add", "completion": 3}, "s.jsonl:2: completion"),
+    (
+      {"task_id": "add", "completion": "x", "trajectory": "t"},
+      "s.jsonl:2: trajectory: must be a list",
+    ),
+  ],
+)
+def test_read_samples_errors_name_the_line(tmp_path, row, message):
+  path = tmp_path / "s.jsonl"
+  _write_samples(path, [{"task_id": "add", "completion": "x"}, row])
+  with pytest.raises(grade.SampleFormatError, match=message):
+    grade.read_samples(path, ["add"])
+
+
+# --- Grading ------------------------------------------------------------------
+
+
+class FlushCounter(io.StringIO):
+  def __init__(self):
+    super().__init__()
+    self.lines_at_flush = []
+
+  def flush(self):
+    self.lines_at_flush.append(self.getvalue().count("\n"))
+    super().flush()
+
+
+@pytest.fixture(scope="module")
+def process_pool():
+  config = config_lib.SandboxConfig(
+    backend="process",
+    pool_size=2,
+    timeout_s=1.5,
+    test_timeout_s=0.3,
+    memory_mb=256,
+  )
+  with harness.SandboxPool(config) as pool:
+    yield pool
+
+
+def test_grade_samples(process_pool):
+  tasks = {t.task_id: t for t in (_add_task(), _echo_task())}
+  rows = [{"task_id": "add", "completion": c} for c in SAMPLES.values()]
+  rows.append({"task_id": "echo", "completion": "print(input().upper())\n"})
+  samples = [
+    grade.Sample(
+      index=i, line=i + 1, task_id=r["task_id"], completion=r["completion"]
+    )
+    for i, r in enumerate(rows)
+  ]
+  out = FlushCounter()
+  lines = grade.grade_samples(process_pool, tasks, samples, out, in_flight=3)
+  assert [json.loads(x) for x in out.getvalue().splitlines()] == lines
+  # Flushed after every line, in sample order.
+  assert out.lines_at_flush == list(range(1, len(samples) + 1))
+  assert [x["sample_index"] for x in lines] == list(range(len(samples)))
+  by_name = dict(zip([*SAMPLES, "echo"], lines, strict=True))
+  for line in lines:
+    assert line["flags"] == []
+    assert line["reward"] == pytest.approx(
+      line["suite_a"]["passed"] / line["suite_a"]["total"], abs=1e-7
+    )
+  correct = by_name["correct"]
+  assert correct["status"] == "ok" and correct["executed"]
+  assert correct["suite_a"] == {"passed": 5, "total": 5}
+  assert correct["suite_b"] == {"passed": 4, "total": 4}
+  assert correct["reward"] == 1.0
+  partial = by_name["partial"]
+  assert partial["suite_a"] == {"passed": 3, "total": 5}
+  assert partial["suite_b"] == {"passed": 0, "total": 4}
+  assert partial["reward"] == 0.6  # float32 0.6, written as its shortest form
+  for name in ("wrong", "raises", "exits", "syntax"):
+    assert by_name[name]["suite_a"]["passed"] == 0, name
+    assert by_name[name]["reward"] == 0.0, name
+  assert by_name["loops"]["status"] == "timeout"
+  assert by_name["loops"]["suite_a"]["passed"] == 0
+  assert by_name["echo"]["suite_a"] == {"passed": 1, "total": 1}
+  summary = grade.summarize(lines)
+  assert summary["suite_a"]["pass@1"] == pytest.approx((1 / 7 + 1) / 2)
+  assert summary["statuses"]["timeout"] == 1
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run(
+    [sys.executable, "-m", "codeagent_rl.grade", *args],
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    check=False,
+    timeout=180,
+  )
+
+
+def _cli_files(tmp_path, rows):
+  tasks = tmp_path / "tasks.jsonl"
+  schema.write_tasks(tasks, [_add_task(), _add_task("add2", heldout=0)])
+  samples = tmp_path / "samples.jsonl"
+  _write_samples(samples, rows)
+  return tasks, samples, tmp_path / "results.jsonl"
+
+
+def test_cli_process_backend(tmp_path):
+  rows = [{"task_id": "add", "completion": c} for c in SAMPLES.values()]
+  rows += [{"task_id": "add2", "completion": CORRECT}] * 7
+  tasks, samples, out = _cli_files(tmp_path, rows)
+  proc = run_cli(
+    f"--tasks={tasks}",
+    f"--samples={samples}",
+    f"--out={out}",
+    "--backend=process",
+    *FAST_LIMITS,
+  )
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary["num_samples"] == 14 and summary["num_tasks"] == 2
+  # add: 1 of 7 correct; add2: 7 of 7. pass@k = mean over the two tasks.
+  want = {f"pass@{k}": (grade.pass_at_k(7, 1, k) + 1.0) / 2 for k in (1, 5)}
+  assert summary["suite_a"] == pytest.approx(want)
+  assert summary["suite_a_and_b"] == pytest.approx(want)
+  assert "grade: 14/14 samples" in proc.stderr  # progress
+  lines = [json.loads(x) for x in out.read_text().splitlines()]
+  assert [x["sample_index"] for x in lines] == list(range(14))
+  for line in lines:
+    assert {"task_id", "status", "suite_a", "suite_b", "flags", "reward"} <= (
+      set(line)
+    )
+  assert lines[0]["reward"] == 1.0 and lines[1]["reward"] == 0.6
+
+
+def test_cli_unknown_task_names_the_line(tmp_path):
+  rows = [{"task_id": "add", "completion": CORRECT}, {"task_id": "x"}]
+  tasks, samples, out = _cli_files(tmp_path, rows)
+  proc = run_cli(
+    f"--tasks={tasks}",
+    f"--samples={samples}",
+    f"--out={out}",
+    "--backend=process",
+  )
+  assert proc.returncode != 0
+  assert f"{samples}:2: task_id: 'x' is not in the task file" in proc.stderr
+  assert not out.exists()  # nothing graded before the input is valid
+
+
+def test_cli_gvisor_backend(tmp_path):
+  rows = [
+    {"task_id": "add", "completion": CORRECT},
+    {"task_id": "add", "completion": PARTIAL},
+  ]
+  tasks, samples, out = _cli_files(tmp_path, rows)
+  proc = run_cli(
+    f"--tasks={tasks}",
+    f"--samples={samples}",
+    f"--out={out}",
+    "--backend=gvisor",
+    "--sandbox_pool_size=1",
+    *FAST_LIMITS,
+  )
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary["suite_a"] == {"pass@1": 0.5}
+  lines = [json.loads(x) for x in out.read_text().splitlines()]
+  assert [x["reward"] for x in lines] == [1.0, 0.6]
