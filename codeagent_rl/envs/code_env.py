@@ -403,14 +403,16 @@ class CodeEnv:
       if n < 0:
         raise ValueError(f"num_tokens={n}: must be >= 0.")
     action = protocol.parse_action(text)
-    cut = isinstance(action, protocol.FormatError)
+    malformed = isinstance(action, protocol.FormatError)
     total = state.num_tokens + n
     cfg = self.config
     stop = None
-    if n > cfg.max_tokens_per_turn or (cut and n >= cfg.max_tokens_per_turn):
+    if n > cfg.max_tokens_per_turn or (
+      malformed and n >= cfg.max_tokens_per_turn
+    ):
       stop = STOP_MAX_TOKENS_PER_TURN
     elif total > cfg.max_total_tokens or (
-      cut and total >= cfg.max_total_tokens
+      malformed and total >= cfg.max_total_tokens
     ):
       stop = STOP_MAX_TOTAL_TOKENS
     elif self._elapsed(state) > cfg.max_wall_s:

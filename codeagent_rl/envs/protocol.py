@@ -36,7 +36,9 @@ A job that did not finish cleanly adds `status: timeout: <reason>` after the
 test lines; stdio and program runs add `stderr: <last line of stderr>`.
 The body never exceeds `max_bytes` UTF-8 bytes: lines are capped at
 `LINE_MAX_BYTES` and stdout gets what is left, with a
-`[stdout cut: N bytes]` marker.
+`[stdout cut: N bytes]` marker. A malformed turn gets
+`<obs>format error: unterminated run block\n</obs>`; reasons name tags in
+words, so they hold no tag text.
 
 **Prompts** (`prompt_text`, `prompt_ids`): the task prompt, the visible tests
 (`add(1, 2) == 3`, one per line) and `REMINDER`. The task text is encoded
