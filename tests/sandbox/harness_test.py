@@ -356,7 +356,7 @@ def test_close_leaves_nothing_behind():
     )
   )
   pool.close()
-  assert _wait_until_gone(root, 2.0) == []
+  assert _wait_until_gone(root) == []
   assert not os.path.exists(root)
   state = subprocess.run(
     ["runsc", f"--root={root}/state", "list", "--quiet"],
@@ -412,7 +412,7 @@ def _start_host(
 def test_host_exit_without_close_cleans_up(tmp_path):
   proc, root = _start_host("exit", tmp_path)
   assert proc.wait(timeout=30) == 0
-  assert _wait_until_gone(root, 2.0) == []
+  assert _wait_until_gone(root) == []
   assert not os.path.exists(root)
 
 
