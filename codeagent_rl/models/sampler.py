@@ -327,6 +327,11 @@ class Sampler:
     return self._extend(params, state, tokens, valid)
 
   def decode(self, params, state, rng, budgets, stop_ids):
-    """Samples one turn; see `decode`."""
-    self._check_room(state, self.cfg.max_new_tokens, "decode")
+    """Samples one turn; see `decode`.
+
+    The loop runs at most max(budgets) steps (capped at `max_new_tokens`),
+    so that is the room the cache needs.
+    """
+    most = int(np.max(np.asarray(budgets), initial=0))
+    self._check_room(state, min(most, self.cfg.max_new_tokens), "decode")
     return self._decode(params, state, rng, budgets, stop_ids)

@@ -162,7 +162,7 @@ def test_cache_overflow_is_refused_with_a_clear_error(params):
       params,
       state,
       jax.random.PRNGKey(0),
-      jnp.array([3, 3]),
+      jnp.array([4, 2]),
       jnp.array([-1]),
     )
 

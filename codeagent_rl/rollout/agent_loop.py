@@ -1,0 +1,296 @@
+"""Batched multi-turn rollouts: policy turns <-> environment steps.
+
+All episodes of a batch take their turns together. Each turn the policy
+generates for every live episode at once (one `decode` through the KV cache;
+finished episodes get a budget of 0 and cost nothing), the environment sends
+the turn's sandbox jobs to the pool concurrently (`CodeEnv.step_many`), and
+the observations are appended to the live conversations by incremental
+prefill. The result is the trajectory batch of DESIGN.md:
+
+  prompt (turn 0, not trainable) | action 1 (turn 1, trainable) |
+  observation 1 (turn 1, not trainable) | action 2 (turn 2) | ... | padding
+
+The final observation of an episode that ends (by `<submit>` or a budget) is
+not appended: no policy token follows it. Rows are padded to a fixed length
+(`max_total_tokens` of the environment), so the learner compiles once.
+
+The policy is anything that implements `Policy`; `SamplerPolicy` runs the
+transformer with its KV cache, tests use scripted policies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import dataclasses
+import time
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from codeagent_rl import types
+from codeagent_rl.envs import code_env
+from codeagent_rl.models import sampler as sampler_lib
+from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.tasks import schema
+
+# Stop tokens of a policy turn: the end of an action block, or end of text.
+STOP_TOKENS = (
+  tokenizer_lib.RUN_END,
+  tokenizer_lib.SUBMIT_END,
+  tokenizer_lib.EOS,
+)
+
+
+class Policy(Protocol):
+  """What the agent loop needs from a policy (batched, stateful per batch)."""
+
+  def begin(self, prompts: Sequence[Sequence[int]]) -> None:
+    """Starts one conversation per prompt."""
+
+  def generate(
+    self, budgets: Sequence[int], rng: jax.Array
+  ) -> list[tuple[list[int], list[float]]]:
+    """One turn per row: (tokens, log-probs), at most `budgets[row]` tokens.
+
+    A row with budget 0 returns ([], []).
+    """
+
+  def observe(self, observations: Sequence[Sequence[int]]) -> None:
+    """Appends token ids to each row's conversation (empty: unchanged)."""
+
+
+def _pad_rows(rows: Sequence[Sequence[int]], pad_id: int):
+  """Right-pads token rows into ([B, C] int32, [B, C] bool)."""
+  width = max(1, max((len(r) for r in rows), default=0))
+  tokens = np.full((len(rows), width), pad_id, np.int32)
+  valid = np.zeros((len(rows), width), bool)
+  for i, row in enumerate(rows):
+    tokens[i, : len(row)] = row
+    valid[i, : len(row)] = True
+  return tokens, valid
+
+
+class SamplerPolicy:
+  """The transformer actor with its KV cache, behind `Policy`.
+
+  The cache holds `cache_len` slots per row; `cache_len_for` gives a length
+  that no episode within the environment budgets can overflow.
+  """
+
+  def __init__(
+    self,
+    sampler: sampler_lib.Sampler,
+    params: Any,
+    tokenizer: tokenizer_lib.Tokenizer,
+    cache_len: int,
+  ):
+    """Binds a sampler to actor params.
+
+    Args:
+      sampler: a `Sampler` whose `max_new_tokens` bounds one turn.
+      params: actor variables.
+      tokenizer: gives the pad and stop token ids.
+      cache_len: KV-cache slots per row.
+    """
+    self._sampler = sampler
+    self._params = params
+    self._pad_id = tokenizer.pad_id
+    self._stop_ids = jnp.asarray(tokenizer.stop_ids(STOP_TOKENS), jnp.int32)
+    self._cache_len = cache_len
+    self._state = None
+
+  def begin(self, prompts):
+    """Prefills a fresh cache with the prompts."""
+    tokens, valid = _pad_rows(prompts, self._pad_id)
+    state = self._sampler.start(len(prompts), self._cache_len)
+    self._state = self._sampler.extend(self._params, state, tokens, valid)
+
+  def generate(self, budgets, rng):
+    """Decodes one turn per row through the cache."""
+    budgets = np.asarray(budgets, np.int32)
+    self._state, out = self._sampler.decode(
+      self._params, self._state, rng, budgets, self._stop_ids
+    )
+    tokens, logp, lengths = jax.device_get(
+      (out.tokens, out.log_probs, out.lengths)
+    )
+    return [
+      (tokens[i, :n].tolist(), logp[i, :n].tolist())
+      for i, n in enumerate(lengths.tolist())
+    ]
+
+  def observe(self, observations):
+    """Appends observations by incremental prefill."""
+    if not any(observations):
+      return
+    tokens, valid = _pad_rows(observations, self._pad_id)
+    self._state = self._sampler.extend(self._params, self._state, tokens, valid)
+
+
+def cache_len_for(
+  env_config: code_env.EnvConfig, max_prompt_tokens: int
+) -> int:
+  """KV-cache slots that the longest possible rollout fits in.
+
+  Each turn uses at most `max_tokens_per_turn` slots for the action and, for
+  the observation chunk, `obs_max_bytes` plus its two tags (a token is at
+  least one byte).
+  """
+  per_turn = env_config.max_tokens_per_turn + env_config.obs_max_bytes + 2
+  return max_prompt_tokens + env_config.max_turns * per_turn
+
+
+@dataclasses.dataclass
+class _Row:
+  """Token streams of one episode as it is built."""
+
+  tokens: list[int]
+  trainable: list[bool]
+  turn: list[int]
+  log_probs: list[float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+  """A batch of finished episodes.
+
+  Attributes:
+    batch: the trajectory batch (`bootstrap_value` is 0: the learner fills
+      it with the critic's value where `truncated`).
+    sample_log_probs: [B, T] float32 log-probs of the sampled tokens under
+      the sampling distribution; 0 off the trainable mask.
+    rewards: the `Rewards` pytree before anti-cheat.
+    episodes: the environment's final state of each episode (turns, stop
+      reason, final code, sandbox results).
+    timings: seconds spent generating and waiting on the environment.
+  """
+
+  batch: types.TrajectoryBatch
+  sample_log_probs: np.ndarray
+  rewards: types.Rewards
+  episodes: list[code_env.EpisodeState]
+  timings: dict[str, float]
+
+
+def collect(
+  env: code_env.CodeEnv,
+  policy: Policy,
+  tasks: Sequence[schema.Task],
+  group_ids: Sequence[int],
+  rng: jax.Array,
+  *,
+  num_flags: int = 0,
+) -> Rollout:
+  """Runs one episode per task to the end, all turns batched.
+
+  Args:
+    env: the environment (its budgets bound every episode).
+    policy: generates the turns.
+    tasks: one task per row (repeat a task for a group of samples).
+    group_ids: [B] prompt id of each row, for group baselines.
+    rng: PRNG key; turn k uses `fold_in(rng, k)`.
+    num_flags: F of `Rewards.stage1_flags`.
+
+  Returns:
+    The `Rollout`; rows are padded to `env.config.max_total_tokens`.
+  """
+  if len(tasks) != len(group_ids):
+    raise ValueError(f"{len(tasks)} tasks but {len(group_ids)} group ids.")
+  cfg = env.config
+  tok = env.tokenizer
+  states = [env.reset(task) for task in tasks]
+  rows = [
+    _Row(
+      list(s.prompt_ids),
+      [False] * len(s.prompt_ids),
+      [0] * len(s.prompt_ids),
+      [0.0] * len(s.prompt_ids),
+    )
+    for s in states
+  ]
+  longest = max(len(r.tokens) for r in rows)
+  if longest >= cfg.max_total_tokens:
+    raise ValueError(
+      f"a prompt has {longest} tokens, env.max_total_tokens is"
+      f" {cfg.max_total_tokens}: raise the budget or shorten the prompts."
+    )
+  timings = {"generate_s": 0.0, "env_s": 0.0}
+  start = time.perf_counter()
+  policy.begin([s.prompt_ids for s in states])
+  timings["generate_s"] += time.perf_counter() - start
+  turn = 0
+  while not all(s.done for s in states):
+    turn += 1
+    budgets = [
+      0
+      if s.done
+      else min(cfg.max_tokens_per_turn, cfg.max_total_tokens - s.num_tokens)
+      for s in states
+    ]
+    start = time.perf_counter()
+    generated = policy.generate(budgets, jax.random.fold_in(rng, turn))
+    timings["generate_s"] += time.perf_counter() - start
+    live = [i for i, s in enumerate(states) if not s.done]
+    for i in live:
+      ids, logp = generated[i]
+      row = rows[i]
+      row.tokens += ids
+      row.trainable += [True] * len(ids)
+      row.turn += [turn] * len(ids)
+      row.log_probs += logp
+    start = time.perf_counter()
+    stepped = env.step_many(
+      [states[i] for i in live],
+      [tok.decode(generated[i][0]) for i in live],
+      [len(generated[i][0]) for i in live],
+    )
+    timings["env_s"] += time.perf_counter() - start
+    observations = [[] for _ in states]
+    for i, (new_state, result) in zip(live, stepped, strict=True):
+      states[i] = new_state
+      if not result.done:
+        obs = list(result.observation_ids)
+        observations[i] = obs
+        row = rows[i]
+        row.tokens += obs
+        row.trainable += [False] * len(obs)
+        row.turn += [turn] * len(obs)
+        row.log_probs += [0.0] * len(obs)
+    start = time.perf_counter()
+    policy.observe(observations)
+    timings["generate_s"] += time.perf_counter() - start
+  batch, log_probs = _to_batch(rows, states, group_ids, cfg, tok.pad_id)
+  rewards = code_env.rewards([s.outcome for s in states], num_flags)
+  return Rollout(batch, log_probs, rewards, states, timings)
+
+
+def _to_batch(rows, states, group_ids, cfg, pad_id):
+  """Pads the rows to [B, max_total_tokens] arrays."""
+  b, t = len(rows), cfg.max_total_tokens
+  tokens = np.full((b, t), pad_id, np.int32)
+  trainable = np.zeros((b, t), bool)
+  valid = np.zeros((b, t), bool)
+  turn = np.zeros((b, t), np.int32)
+  log_probs = np.zeros((b, t), np.float32)
+  for i, row in enumerate(rows):
+    n = len(row.tokens)
+    if n > t:  # the env's budgets make this impossible; never truncate
+      raise AssertionError(f"row {i} has {n} tokens > max_total_tokens {t}")
+    tokens[i, :n] = row.tokens
+    trainable[i, :n] = row.trainable
+    valid[i, :n] = True
+    turn[i, :n] = row.turn
+    log_probs[i, :n] = row.log_probs
+  batch = types.TrajectoryBatch(
+    tokens=jnp.asarray(tokens),
+    trainable=jnp.asarray(trainable),
+    valid=jnp.asarray(valid),
+    turn=jnp.asarray(turn),
+    length=jnp.asarray(valid.sum(axis=1), jnp.int32),
+    truncated=jnp.asarray([s.truncated for s in states], bool),
+    bootstrap_value=jnp.zeros((b,), jnp.float32),
+    group_id=jnp.asarray(np.asarray(group_ids, np.int32)),
+  )
+  return batch, log_probs

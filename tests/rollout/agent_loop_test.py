@@ -1,0 +1,263 @@
+"""Agent loop: scripted policies against a real (process-backend) pool."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from codeagent_rl.envs import code_env
+from codeagent_rl.models import sampler as sampler_lib
+from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.models import transformer
+from codeagent_rl.rl import gae
+from codeagent_rl.rollout import agent_loop
+from codeagent_rl.sandbox import config as config_lib
+from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import schema
+
+TOK = tokenizer_lib.ByteTokenizer()
+SANDBOX = config_lib.SandboxConfig(
+  backend="process",
+  pool_size=2,
+  timeout_s=4.0,
+  test_timeout_s=1.0,
+  memory_mb=256,
+  max_output_bytes=64 << 10,
+)
+ENV = code_env.EnvConfig(
+  max_turns=3,
+  max_tokens_per_turn=120,
+  max_total_tokens=1200,
+  max_wall_s=60.0,
+  obs_max_bytes=200,
+)
+GOOD = "def double(x):\n  return 2 * x\n"
+BAD = "def double(x):\n  return x + 2\n"
+
+
+def _task(task_id="double"):
+  tests = lambda xs: tuple({"args": [x], "expected": 2 * x} for x in xs)  # noqa: E731
+  return schema.Task(
+    task_id=task_id,
+    prompt="Write double(x) returning 2 * x.",
+    entry_point="double",
+    kind="function",
+    visible_tests=tests([1, 5]),
+    hidden_tests=tests([0, 3, 7, -4, 11]),
+    heldout_tests=tests(range(20, 45)),
+    reference_solution=GOOD,
+    metadata={},
+  )
+
+
+class ScriptedPolicy:
+  """Emits pre-written turns (as token ids) and records what it was shown."""
+
+  def __init__(self, scripts):
+    self.scripts = [[TOK.encode(t) for t in turns] for turns in scripts]
+    self.turn = [0] * len(scripts)
+    self.prompts = None
+    self.observed = [[] for _ in scripts]
+    self.budgets = []
+
+  def begin(self, prompts):
+    self.prompts = [list(p) for p in prompts]
+
+  def generate(self, budgets, rng):
+    del rng
+    self.budgets.append(list(budgets))
+    out = []
+    for i, budget in enumerate(budgets):
+      if budget == 0:
+        out.append(([], []))
+        continue
+      ids = self.scripts[i][self.turn[i]][:budget]
+      self.turn[i] += 1
+      out.append((ids, [-0.5] * len(ids)))
+    return out
+
+  def observe(self, observations):
+    for i, obs in enumerate(observations):
+      if obs:
+        self.observed[i].append(list(obs))
+
+
+@pytest.fixture(scope="module")
+def env():
+  with harness.SandboxPool(SANDBOX) as pool:
+    yield code_env.CodeEnv(pool, TOK, ENV)
+
+
+def test_masks_turns_and_reward_placement_exact(env):
+  run_bad = f"<run>{BAD}</run>"
+  submit_good = f"<submit>{GOOD}</submit>"
+  policy = ScriptedPolicy(
+    [
+      [run_bad, submit_good],  # two turns, observation between
+      [submit_good],  # one turn
+      [f"<submit>{BAD}</submit>"],  # wrong answer
+    ]
+  )
+  tasks = [_task("a"), _task("b"), _task("c")]
+  out = agent_loop.collect(env, policy, tasks, [0, 0, 1], jax.random.PRNGKey(0))
+  batch = out.batch
+  batch.check()
+  assert batch.shape == (3, ENV.max_total_tokens)
+  tokens = np.asarray(batch.tokens)
+  trainable = np.asarray(batch.trainable)
+  turn = np.asarray(batch.turn)
+  prompt = policy.prompts[0]
+  obs = policy.observed[0][0]
+  a1, a2 = TOK.encode(run_bad), TOK.encode(submit_good)
+  expected = prompt + a1 + obs + a2
+  n = len(expected)
+  assert tokens[0, :n].tolist() == expected
+  assert np.all(tokens[0, n:] == TOK.pad_id)
+  assert int(batch.length[0]) == n
+  want_train = (
+    [0] * len(prompt) + [1] * len(a1) + [0] * len(obs) + [1] * len(a2)
+  )
+  assert trainable[0, :n].astype(int).tolist() == want_train
+  assert not trainable[0, n:].any()
+  want_turn = [0] * len(prompt) + [1] * (len(a1) + len(obs)) + [2] * len(a2)
+  assert turn[0, :n].tolist() == want_turn
+  # The observation is framed by the real protocol ids.
+  assert obs[0] == TOK.special_ids[tokenizer_lib.OBS]
+  assert obs[-1] == TOK.special_ids[tokenizer_lib.OBS_END]
+  assert "tests: 0/2 passed" in TOK.decode(obs)
+  # Rewards: rows 0 and 1 solved it, row 2 did not.
+  np.testing.assert_allclose(out.rewards.suite_a, [1.0, 1.0, 0.0])
+  np.testing.assert_allclose(out.rewards.suite_b, [1.0, 1.0, 0.0])
+  assert not np.asarray(batch.truncated).any()
+  np.testing.assert_array_equal(batch.group_id, [0, 0, 1])
+  # The terminal reward lands on the last token of the submit action.
+  placed = np.asarray(
+    gae.place_terminal_reward(out.rewards.total, batch.trainable)
+  )
+  assert placed[0, n - 1] == 1.0 and placed[0].sum() == 1.0
+  # Sample log-probs sit on trainable tokens only.
+  lp = out.sample_log_probs
+  assert np.all(lp[trainable] == -0.5) and np.all(lp[~trainable] == 0)
+  # Finished rows get no budget: turn 2 asks only row 0.
+  assert policy.budgets[1] == [ENV.max_tokens_per_turn, 0, 0]
+  assert [e.stop_reason for e in out.episodes] == ["submit"] * 3
+  assert out.episodes[0].final_code.strip() == GOOD.strip()
+
+
+def test_truncation_by_turn_budget(env):
+  run = f"<run>{BAD}</run>"
+  policy = ScriptedPolicy([[run, run, run, run]])
+  out = agent_loop.collect(env, policy, [_task()], [0], jax.random.PRNGKey(1))
+  assert bool(out.batch.truncated[0])
+  assert out.episodes[0].stop_reason == code_env.STOP_MAX_TURNS
+  assert float(out.rewards.total[0]) == 0.0
+  turn = np.asarray(out.batch.turn[0])
+  trainable = np.asarray(out.batch.trainable[0])
+  # Three turns; the last observation is not appended (nothing follows it).
+  assert turn[trainable].max() == ENV.max_turns
+  assert len(policy.observed[0]) == ENV.max_turns - 1
+  last_trainable = np.flatnonzero(trainable)[-1]
+  assert last_trainable == int(out.batch.length[0]) - 1
+
+
+def test_cut_generation_is_truncated_by_tokens_per_turn(env):
+  long_code = "# " + "x" * 300 + "\n" + GOOD
+  policy = ScriptedPolicy([[f"<submit>{long_code}</submit>"]])
+  out = agent_loop.collect(env, policy, [_task()], [0], jax.random.PRNGKey(2))
+  assert policy.budgets[0] == [ENV.max_tokens_per_turn]
+  assert out.episodes[0].stop_reason == code_env.STOP_MAX_TOKENS_PER_TURN
+  assert bool(out.batch.truncated[0])
+  assert (
+    int(np.asarray(out.batch.trainable[0]).sum()) == ENV.max_tokens_per_turn
+  )
+
+
+def test_prompt_longer_than_budget_is_refused(env):
+  task = _task()
+  small = code_env.CodeEnv(
+    env.pool,
+    TOK,
+    code_env.EnvConfig(
+      max_turns=2,
+      max_tokens_per_turn=10,
+      max_total_tokens=20,
+      max_wall_s=10.0,
+      obs_max_bytes=64,
+    ),
+  )
+  with pytest.raises(ValueError, match="max_total_tokens is 20"):
+    agent_loop.collect(
+      small, ScriptedPolicy([["x"]]), [task], [0], jax.random.PRNGKey(0)
+    )
+
+
+def test_sampler_policy_drives_the_transformer(env):
+  cfg = transformer.TransformerConfig(
+    vocab_size=TOK.vocab_size,
+    num_layers=1,
+    embed_dim=32,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    mlp_dim=64,
+    rope_theta=10000.0,
+    rms_eps=1e-6,
+    qkv_bias=False,
+    tie_embeddings=True,
+    dtype="float32",
+    param_dtype="float32",
+    remat="none",
+    init_std=0.02,
+  )
+  actor = transformer.Actor(cfg)
+  valid = jnp.ones((1, 4), bool)
+  params = actor.init(
+    jax.random.PRNGKey(0),
+    jnp.zeros((1, 4), jnp.int32),
+    transformer.positions_from_valid(valid),
+    valid,
+  )
+  env_cfg = code_env.EnvConfig(
+    max_turns=2,
+    max_tokens_per_turn=12,
+    max_total_tokens=400,
+    max_wall_s=60.0,
+    obs_max_bytes=64,
+  )
+  small_env = code_env.CodeEnv(env.pool, TOK, env_cfg)
+  sampler = sampler_lib.Sampler(
+    actor,
+    cfg,
+    sampler_lib.SamplerConfig(
+      temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=12
+    ),
+    pad_id=TOK.pad_id,
+  )
+  tasks = [_task("a"), _task("b")]
+  prompt_len = max(len(small_env.reset(t).prompt_ids) for t in tasks)
+  policy = agent_loop.SamplerPolicy(
+    sampler, params, TOK, agent_loop.cache_len_for(env_cfg, prompt_len)
+  )
+  out = agent_loop.collect(
+    small_env, policy, tasks, [0, 0], jax.random.PRNGKey(3)
+  )
+  batch = out.batch
+  batch.check()
+  trainable = np.asarray(batch.trainable)
+  # A random policy cannot solve it; every row made at least one turn.
+  assert trainable.sum(axis=1).min() >= 1
+  assert np.all(np.asarray(out.rewards.total) == 0)
+  # Log-probs of sampled tokens are real (negative) numbers.
+  lp = out.sample_log_probs
+  assert np.all(lp[trainable] < 0) and np.all(lp[~trainable] == 0)
+  # Recomputing log-probs with a full forward matches the sampler's.
+  tokens = jnp.asarray(batch.tokens)
+  valid = jnp.asarray(batch.valid)
+  logits, _ = actor.apply(
+    params, tokens, transformer.positions_from_valid(valid), valid
+  )
+  logp = jax.nn.log_softmax(logits[:, :-1], -1)
+  taken = jnp.take_along_axis(logp, tokens[:, 1:, None], -1)[..., 0]
+  np.testing.assert_allclose(
+    np.asarray(taken)[trainable[:, 1:]], lp[:, 1:][trainable[:, 1:]], atol=2e-4
+  )
