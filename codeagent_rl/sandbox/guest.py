@@ -6,7 +6,8 @@ backend, as a plain subprocess), with `wire.py` next to it. Start it as
   python3 -I -S -B guest.py '<config JSON>'
 
 where the config is `{"scratch_root": path, "uid": int | null, "gid": int |
-null, "kill_scope": "all" | "descendants"}`. It then answers frames (see
+null, "kill_scope": "all" | "descendants"}`, plus `"parent_pid"` for the
+process backend (the server then dies with that parent). It answers frames (see
 `wire.py`) on its stdin/stdout: first a `{"event": "ready"}` frame, then one
 reply per job, until end of file.
 
@@ -29,8 +30,9 @@ Three kinds of process take part:
   session, keeps only its pipes, drops to the untrusted uid, sets rlimits and
   runs the code in a fresh module. A function job calls the entry point once
   per test on freshly decoded inputs, in shuffled order, under a SIGALRM
-  timer, and reports each output as tagged plain data on descriptor 3. A
-  stdio job runs one job process per test.
+  timer, and reports each output as tagged plain data on descriptor 3 (the
+  code's top level is bounded by the job-level limit only). A stdio job runs
+  one job process per test.
 
 After each job the server asks the zygote for the next spare (forking
 beside a running job slowed that job down on a busy machine), so a job that
@@ -143,9 +145,9 @@ _JOB_FD = 4  # a spare's job pipe, until the job is read
 def _prepare_spare(job_r, out_w, err_w, res_w) -> None:
   """The job-independent set-up of a spare, done before its job arrives.
 
-  It runs while the previous job runs, off the critical path. Everything
-  here is the same for every job; the spare stays root (and so out of reach
-  of earlier jobs' processes) until `_enter_child`.
+  It runs before the job arrives (in the gap between jobs when there is
+  one). Everything here is the same for every job; the spare stays root (and
+  so out of reach of earlier jobs' processes) until `_enter_child`.
   """
   os.setsid()
   null = os.open("/dev/null", os.O_RDWR)
