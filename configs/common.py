@@ -62,6 +62,10 @@ def get_rl_config() -> ml_collections.ConfigDict:
   rl.kl.placement = "reward"
   # "k1", "k2" or "k3" (Schulman 2020). Use "k3" with placement="loss".
   rl.kl.estimator = "k1"
+  # How the critic starts: "actor" (a copy of the SFT actor's trunk plus a
+  # fresh value head, as InstructGPT initialises from the reward model and
+  # most PPO-for-LM recipes from the policy) or "random".
+  rl.critic_init = "actor"
   return rl
 
 

@@ -74,5 +74,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # Advantage estimation, PPO losses and KL; defaults in configs/common.py.
   config.rl = common.get_rl_config()
+  # Device mesh and logical-axis rules; defaults in configs/common.py.
+  config.mesh = common.get_mesh_config()
+  # Optimisers (the recipe's 1e-6 actor / 5e-6 critic); configs/common.py.
+  config.optim = common.get_optim_config()
+  # Checkpoints; defaults in configs/common.py.
+  config.checkpoint = common.get_checkpoint_config()
   config.lock()
   return config

@@ -38,6 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # larger steps. 1e-4 is a starting point, not yet tuned; the critic
   # follows at 5x.
   config.optim.actor_lr = 1e-4
+  # Checkpoints: how many to keep, how often; defaults in configs/common.py.
+  config.checkpoint = common.get_checkpoint_config()
   config.lock()
   return config
 
@@ -45,8 +47,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 def get_model_config(preset: str) -> ml_collections.ConfigDict:
   """A byte-vocabulary model: ~1.7M params (default), ~0.12M (smoke)."""
   model = ml_collections.ConfigDict()
-  # ByteTokenizer: 9 protocol tokens + 256 bytes = 265 ids, padded to a
-  # multiple of 128 so the vocabulary splits evenly over `tensor`.
+  # ByteTokenizer: 16 protocol/reserved ids + 256 bytes = 272 ids, padded to
+  # a multiple of 128 so the vocabulary splits evenly over `tensor`.
   model.vocab_size = 384
   # Decoder blocks.
   model.num_layers = 4 if preset == "default" else 2

@@ -7,6 +7,7 @@ import pytest
 
 from codeagent_rl.models import tokenizer
 from codeagent_rl.models import transformer
+from codeagent_rl.parallel import checkpoint
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import state
 from codeagent_rl.rl import config as rl_config
@@ -21,11 +22,19 @@ SECTIONS = {
   "model": transformer.TransformerConfig,
   "mesh": mesh_lib.MeshConfig,
   "optim": state.OptimConfig,
+  "checkpoint": checkpoint.CheckpointConfig,
 }
 
 
 def test_there_are_experiment_configs():
   assert "tiny" in EXPERIMENTS
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_has_the_training_sections(name):
+  config = importlib.import_module(f"configs.{name}").get_config()
+  for section in ("rl", "model", "mesh", "optim", "checkpoint"):
+    assert section in config, f"configs/{name}.py has no {section!r}"
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -68,6 +77,19 @@ def test_bad_values_name_the_field(section, field, value, match):
   rl[section][field] = value
   with pytest.raises(ValueError, match=match):
     rl_config.RLConfig.from_config(rl)
+
+
+def test_critic_init_is_validated():
+  from configs import common
+
+  rl = common.get_rl_config()
+  rl.critic_init = "copy"
+  with pytest.raises(ValueError, match="rl.critic_init='copy'"):
+    rl_config.RLConfig.from_config(rl)
+  section = common.get_rl_config().to_dict()
+  del section["critic_init"]
+  with pytest.raises(ValueError, match="no field 'critic_init'"):
+    rl_config.RLConfig.from_config(section)
 
 
 def test_sum_norm_mode_needs_length():

@@ -13,6 +13,9 @@ from codeagent_rl.rl import advantages
 from codeagent_rl.rl import kl
 from codeagent_rl.rl import losses
 
+# How the critic's parameters start (see models/transformer.py).
+CRITIC_INITS = ("random", "actor")
+
 
 @dataclasses.dataclass(frozen=True)
 class PPOLossConfig:
@@ -87,6 +90,13 @@ class RLConfig:
   advantage: advantages.AdvantageConfig
   loss: PPOLossConfig
   kl: KLConfig
+  critic_init: str
+
+  def __post_init__(self):
+    if self.critic_init not in CRITIC_INITS:
+      raise ValueError(
+        f"rl.critic_init={self.critic_init!r}: expected one of {CRITIC_INITS}."
+      )
 
   @classmethod
   def from_config(cls, section: Any) -> RLConfig:
@@ -95,10 +105,13 @@ class RLConfig:
     Raises:
       ValueError: a field is missing, unknown or has a bad value.
     """
+    if "critic_init" not in section:
+      raise ValueError("config.rl has no field 'critic_init'.")
     return cls(
       advantage=_build(advantages.AdvantageConfig, section, "advantage"),
       loss=_build(PPOLossConfig, section, "loss"),
       kl=_build(KLConfig, section, "kl"),
+      critic_init=section["critic_init"],
     )
 
 
