@@ -1,0 +1,103 @@
+"""Demonstration trajectories for SFT, rendered by the real environment.
+
+A demonstration plan (`tasks.synthetic.DemoPlan`) lists the policy's actions
+only: `("run", code)` steps and a final `("submit", code)`. Its observations
+must be exactly what the environment would say, so plans are played through
+`CodeEnv` by the same agent loop as RL rollouts, with a policy that emits the
+planned actions. The result is a trajectory batch whose `trainable` mask
+marks the action tokens: the SFT loss mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+
+from codeagent_rl.envs import code_env
+from codeagent_rl.envs import protocol
+from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.rollout import agent_loop
+from codeagent_rl.tasks import schema
+
+_ACTIONS = {"run": protocol.Run, "submit": protocol.Submit}
+
+
+class PlanPolicy:
+  """A `Policy` that emits planned action texts, one per turn.
+
+  Each turn's text is `protocol.format_action(...)` followed by nothing: the
+  closing tag is the stop token, as when the model generates it.
+  """
+
+  def __init__(
+    self,
+    tokenizer: tokenizer_lib.Tokenizer,
+    plans: Sequence[Sequence[tuple[str, str]]],
+  ):
+    """Encodes the plans.
+
+    Args:
+      tokenizer: the policy's tokenizer.
+      plans: per row, the ("run" | "submit", code) actions in order.
+
+    Raises:
+      ValueError: an action kind is neither "run" nor "submit".
+    """
+    self._turns = []
+    for row, actions in enumerate(plans):
+      texts = []
+      for kind, code in actions:
+        if kind not in _ACTIONS:
+          raise ValueError(f"plan {row}: action {kind!r} is not run/submit.")
+        texts.append(protocol.format_action(_ACTIONS[kind](code)))
+      self._turns.append([tokenizer.encode(t) for t in texts])
+    self._next = [0] * len(plans)
+
+  def begin(self, prompts):
+    """Nothing to prefill: the plan does not depend on the prompt."""
+    if len(prompts) != len(self._turns):
+      raise ValueError(f"{len(prompts)} prompts for {len(self._turns)} plans.")
+
+  def generate(self, budgets, rng):
+    """The next planned action of each row with a budget, cut to it."""
+    del rng
+    out = []
+    for row, budget in enumerate(budgets):
+      k = self._next[row]
+      if budget == 0 or k >= len(self._turns[row]):
+        out.append(([], []))
+        continue
+      self._next[row] += 1
+      ids = self._turns[row][k][:budget]
+      out.append((ids, [0.0] * len(ids)))
+    return out
+
+  def observe(self, observations):
+    """Observations need no action: the plan is fixed."""
+    del observations
+
+
+def render(
+  env: code_env.CodeEnv,
+  tasks: Sequence[schema.Task],
+  plans: Sequence[Sequence[tuple[str, str]]],
+) -> agent_loop.Rollout:
+  """Plays plans through the environment; returns their trajectories.
+
+  Args:
+    env: the environment (budgets should admit the longest plan).
+    tasks: one task per plan.
+    plans: per row, ("run" | "submit", code) actions.
+
+  Returns:
+    The `Rollout`: `batch.trainable` marks action tokens, `episodes` tell
+    whether each plan ran to its submit (stop reason "submit") or was cut by
+    a budget, and `rewards` what the submission earned.
+  """
+  if len(tasks) != len(plans):
+    raise ValueError(f"{len(tasks)} tasks for {len(plans)} plans.")
+  policy = PlanPolicy(env.tokenizer, plans)
+  return agent_loop.collect(
+    env, policy, tasks, list(range(len(tasks))), jax.random.PRNGKey(0)
+  )
