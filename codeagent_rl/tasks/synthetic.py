@@ -1,4 +1,4 @@
-"""Deterministic synthetic Python function tasks, with SFT demonstration plans.
+r"""Deterministic synthetic Python function tasks, with SFT demonstration plans.
 
     python -m codeagent_rl.tasks.synthetic --split=train --num_tasks=1000 \
       --seed=0 --out=/tmp/train.jsonl --demos_out=/tmp/train_demos.jsonl
@@ -10,10 +10,12 @@ or the test split by the rank of its SHA-256 digest within its space (the
 first `TEST_FRACTION` go to test), so the splits are disjoint and neither is
 ever empty. A task renders a prompt, a reference solution (trusted, run here
 in-process to compute every expected value) and a bug (off-by-one, wrong
-constant, boundary), and gets three disjoint test suites: 2-3 visible tests,
-5-10 hidden tests (suite A) and `NUM_HELDOUT` held-out tests (suite B, which
+constant, boundary), and gets three suites with distinct inputs: 2-3 visible
+tests, 5-10 hidden tests (suite A) and 20-24 held-out tests (suite B, which
 holds the family's edge cases: zero, negatives, empty inputs, boundaries,
-large values). The visible tests always include an input the bug fails.
+large values). The visible tests always include an input the bug fails, and
+suites A and B each expect at least two distinct values, so no constant
+passes them.
 
 Demonstration plans (`DemoPlan`) are action sequences for SFT; the
 environment renders the observations later. Kinds: `single_turn` (submit the
@@ -24,8 +26,9 @@ wrong fallback) and `early_exit` (`sys.exit(0)` at module top or inside the
 function). Each task gets a plan of each kind with the probability set in
 `SyntheticConfig`.
 
-Everything is a function of (seed, split, task index): the same config gives
-byte-identical files, and task i does not depend on `num_tasks`.
+Task i depends only on the seed, split, families and difficulty weights and
+on the tasks before it (never on `num_tasks` or the demo probabilities), so
+the same config gives byte-identical files.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ import json
 import math
 import os
 import random
-import sys
 from typing import Any
+
+from absl import app
+from absl import flags
 
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import schema
@@ -54,9 +59,10 @@ TEST_FRACTION = 0.25
 NUM_VISIBLE = (2, 3)
 NUM_HIDDEN = (5, 10)
 NUM_HELDOUT = 24
+MIN_HELDOUT = 20
 # Most bytes of prompt + reference solution per level (the tiny byte-level
 # model has a few hundred tokens of context).
-BYTE_BUDGET = {1: 300, 2: 420, 3: 560}
+BYTE_BUDGET = {1: 300, 2: 420, 3: 500}
 DEMO_KINDS = (
   "single_turn",
   "multi_turn",
@@ -144,8 +150,7 @@ class SyntheticConfig:
       value = getattr(self, kind)
       if not (_is_real(value) and 0 <= value <= 1):
         raise ValueError(
-          f"SyntheticConfig.{kind}={value!r}: must be a probability in"
-          " [0, 1]."
+          f"SyntheticConfig.{kind}={value!r}: must be a probability in [0, 1]."
         )
 
 
@@ -169,7 +174,9 @@ class DemoPlan:
 
   def __post_init__(self):
     if not isinstance(self.task_id, str) or not self.task_id:
-      raise DemoFormatError(f"task_id: {self.task_id!r} is not a non-empty str.")
+      raise DemoFormatError(
+        f"task_id: {self.task_id!r} is not a non-empty str."
+      )
     if self.kind not in DEMO_KINDS:
       raise DemoFormatError(f"kind: {self.kind!r} is not one of {DEMO_KINDS}.")
     if not isinstance(self.actions, list | tuple) or not self.actions:
@@ -223,7 +230,11 @@ def read_demo_plans(path: str | os.PathLike) -> list[DemoPlan]:
         obj = wire.loads(line)
       except ValueError as e:
         raise DemoFormatError(f"{where}: not valid JSON: {e}.") from None
-      if not isinstance(obj, dict) or set(obj) != {"task_id", "kind", "actions"}:
+      if not isinstance(obj, dict) or set(obj) != {
+        "task_id",
+        "kind",
+        "actions",
+      }:
         raise DemoFormatError(
           f"{where}: needs exactly the keys actions, kind, task_id."
         )
@@ -270,10 +281,12 @@ class Family:
 
   @property
   def arg_names(self) -> list[str]:
+    """The parameter names, e.g. ["a", "b"]."""
     return [a.split(":")[0].strip() for a in self.args.split(", ")]
 
   @property
   def signature(self) -> str:
+    """E.g. "gcd(a: int, b: int) -> int"."""
     return f"{self.name}({self.args}) -> {self.returns}"
 
   def source(self, body: str) -> str:
@@ -305,7 +318,9 @@ def _family(name, args, returns, spaces, sample, edges):
 
 def _grid(keep=None, **axes) -> list[dict]:
   """The cartesian product of `axes` as dicts, filtered by `keep`."""
-  grid = [dict(zip(axes, vs)) for vs in itertools.product(*axes.values())]
+  grid = [
+    dict(zip(axes, vs, strict=True)) for vs in itertools.product(*axes.values())
+  ]
   return [p for p in grid if keep is None or keep(p)]
 
 
@@ -313,10 +328,10 @@ def _lines(*lines: str) -> str:
   return "\n".join(lines)
 
 
-def _swap(src: str, old: str, new: str) -> str:
-  """`src` with `old` (which must occur) replaced by `new`."""
-  if old not in src:
-    raise GenerationError(f"bug template {old!r} not in {src!r}")
+def _swap(src: str, old: str, new: str, count: int = 1) -> str:
+  """`src` with `old` (which must occur `count` times) replaced by `new`."""
+  if src.count(old) != count:
+    raise GenerationError(f"{old!r} is not {count} times in {src!r}")
   return src.replace(old, new)
 
 
@@ -326,7 +341,9 @@ def _expr(*terms: tuple[int, str]) -> str:
   for coef, term in terms:
     if coef:
       mag = abs(coef)
-      text = term if (mag == 1 and term) else f"{mag} * {term}" if term else str(mag)
+      text = (
+        term if (mag == 1 and term) else f"{mag} * {term}" if term else str(mag)
+      )
       sign = "-" if coef < 0 else "+"
       out += (f" {sign} " if out else "-" * (coef < 0)) + text
   return out or "0"
@@ -340,8 +357,14 @@ def _word(rng, alphabet, lo, hi) -> str:
   return "".join(rng.choice(alphabet) for _ in range(rng.randint(lo, hi)))
 
 
-def _ints(rng, lo, hi, max_len=8) -> list[int]:
-  return [rng.randint(lo, hi) for _ in range(rng.randint(0, max_len))]
+def _ints(rng, lo, hi, max_len=8, k=1) -> list[int]:
+  """A random list; with k > 1 about half its items are multiples of k."""
+  return [
+    k * rng.randint(-3, 3)
+    if k > 1 and rng.random() < 0.5
+    else rng.randint(lo, hi)
+    for _ in range(rng.randint(0, max_len))
+  ]
 
 
 def _wrap(*values) -> list[list]:
@@ -365,7 +388,12 @@ _LOWER = "abcdefghijklmnopqrstuvwxyz"
   {
     1: _grid(a=range(2, 10), b=range(1, 21)),
     2: _grid(a=_SIGNED, b=_NONZERO, c=range(2, 6)),
-    3: _grid(a=_SIGNED, b=range(1, 21), m=range(3, 14)),
+    3: _grid(
+      lambda p: math.gcd(p["a"], p["m"]) == 1,
+      a=_SIGNED,
+      b=range(1, 21),
+      m=range(3, 14),
+    ),
   },
   _int_arg(-20, 20),
   lambda lv, p: _wrap(*_INT_EDGES, 12345),
@@ -395,7 +423,7 @@ def _affine(lv, p):
     2: _grid(a=range(1, 5), b=range(-5, 6), c=_NONZERO),
     3: _grid(a=range(1, 4), b=[v for v in range(-5, 6) if v], c=_NONZERO),
   },
-  _int_arg(-10, 10),
+  _int_arg(-30, 30),
   lambda lv, p: _wrap(*_INT_EDGES, 1000, -1000),
 )
 def _poly(lv, p):
@@ -451,7 +479,10 @@ def _clamp(lv, p):
       f"return max({lo}, min({hi}, {k} * x))",
       f"return {k} * max({lo}, min({hi}, x))",
     )
-  ref = f"return {lo} + (x - {lo}) % {hi - lo + 1}"
+  shifted = _expr((1, "x"), (-lo, ""))
+  ref = f"return {_expr((lo, ''))} + ({shifted}) % {hi - lo + 1}"
+  if not lo:
+    ref = f"return x % {hi - lo + 1}"
   return Variant(
     f"Return the number in [{lo}, {hi}] that equals x modulo {hi - lo + 1}.",
     ref,
@@ -528,7 +559,7 @@ def _sign(lv, p):
       k=range(2, 5),
       b=range(1, 6),
     ),
-    3: _grid(t=range(-5, 6), a=range(2, 5), c=range(2, 6)),
+    3: _grid(t=[-3, -2, -1, 1, 2, 3], a=range(2, 5), c=range(2, 6)),
   },
   _int_arg(-20, 20),
   lambda lv, p: _wrap(
@@ -605,8 +636,8 @@ def _reverse(lv, p):
   if lv == 2:
     i, k = p["i"], p["k"]
     return Variant(
-      f"Take every {k}th character of s, starting at index {i}, and return"
-      " them in reverse order.",
+      f"Take every {_ORDINALS[k]} character of s, starting at index {i},"
+      " and return them in reverse order.",
       f"return s[{i}::{k}][::-1]",
       f"return s[::-1][{i}::{k}]",
     )
@@ -617,6 +648,13 @@ def _reverse(lv, p):
     f"return {sep2!r}.join(s.split({sep!r})[::-1])",
     f"return {sep2!r}.join(s.split({sep!r}))[::-1]",
   )
+
+
+def _is_prime(m: int) -> bool:
+  return m > 1 and all(m % d for d in range(2, math.isqrt(m) + 1))
+
+
+_ORDINALS = {2: "second", 3: "third", 4: "fourth"}
 
 
 def _other_letters(c: str) -> str:
@@ -722,9 +760,9 @@ def _vowels(lv, p):
     return Variant(
       f"Replace every vowel (a, e, i, o, u){case} in s with {r!r}.",
       ref,
-      _swap(ref, "ch.lower() in", "ch in") if lv == 2 else _swap(
-        ref, "'aeiou'", "'aeio'"
-      ),
+      _swap(ref, "ch.lower() in", "ch in")
+      if lv == 2
+      else _swap(ref, "'aeiou'", "'aeio'"),
     )
   ref = _lines(
     "head = ''.join(ch for ch in s if ch not in 'aeiou')",
@@ -735,7 +773,7 @@ def _vowels(lv, p):
     "Return the non-vowels of s, then"
     f" {r!r}, then the vowels (a, e, i, o, u) of s, both in order.",
     ref,
-    _swap(ref, "'aeiou'", "'aeio'"),
+    _swap(ref, "'aeiou'", "'aeio'", count=2),
   )
 
 
@@ -755,7 +793,13 @@ def _capitalize_sample(rng, lv, p):
   },
   _capitalize_sample,
   lambda lv, p: _wrap(
-    "", p["sep"], "a", p["sep"] * 3, "hello", "hELLO" + p["sep"] + "wORLD", "x" * 99
+    "",
+    p["sep"],
+    "a",
+    p["sep"] * 3,
+    "hello",
+    "hELLO" + p["sep"] + "wORLD",
+    "x" * 99,
   ),
 )
 def _capitalize(lv, p):
@@ -780,7 +824,9 @@ def _capitalize(lv, p):
       f" is longer than {n} characters."
     )
     return Variant(text, ref, _swap(ref, f"> {n}", f">= {n}"))
-  return Variant(text + " Keep the other letters.", ref, _swap(ref, cap, "w.capitalize()"))
+  return Variant(
+    text + " Keep the other letters.", ref, _swap(ref, cap, "w.capitalize()")
+  )
 
 
 # Lists.
@@ -807,13 +853,13 @@ def _list_edges(*extra):
     2: _grid(k=range(2, 13)),
     3: _grid(k=range(2, 6), t=range(5, 31, 5)),
   },
-  lambda rng, lv, p: [_ints(rng, -20, 30)],
+  lambda rng, lv, p: [_ints(rng, -20, 30, k=p["k"])],
   lambda lv, p: [
     *_list_edges()(lv, p),
     [[p["k"]]],
     [[-p["k"]] * 5],
     [[p["k"], p["k"] + 1] * 20],
-    [[p.get("t", 0), p.get("t", 0) + 1, p["k"]]],
+    [[p.get("t", 0), p["k"]]],
   ],
 )
 def _sum_multiples(lv, p):
@@ -837,7 +883,9 @@ def _sum_multiples(lv, p):
       _swap(ref, "xs[::2]", "xs[1::2]"),
     )
   t = p["t"]
-  ref = _swap(loop, "for x in xs:", f"for x in xs:\n    if x > {t}:\n        break")
+  ref = _swap(
+    loop, "for x in xs:", f"for x in xs:\n    if x > {t}:\n        break"
+  )
   return Variant(
     f"Add up the elements of xs that are divisible by {k}, stopping at the"
     f" first element greater than {t}; return the sum.",
@@ -855,7 +903,7 @@ def _sum_multiples(lv, p):
     2: _grid(k=range(2, 5), m=(2, 3), d=_NONZERO),
     3: _grid(k=range(2, 6), d=_NONZERO),
   },
-  lambda rng, lv, p: [_ints(rng, -30, 30)],
+  lambda rng, lv, p: [_ints(rng, -30, 30, k=p["k"])],
   lambda lv, p: [
     *_list_edges()(lv, p),
     [[p["k"]]],
@@ -891,7 +939,7 @@ def _max_multiple(lv, p):
     f"        best = {val}",
     "return best",
   )
-  return Variant(f"Return the largest {what}, or {d} if there is none.", ref, bug)
+  return Variant(f"Return the largest {what} ({d} if none).", ref, bug)
 
 
 @_family(
@@ -930,8 +978,7 @@ def _keep(lv, p):
     )
   k = p["k"]
   return Variant(
-    f"Return {k} * x for each element x of xs with {t} <= x <= {hi}, in"
-    " order.",
+    f"Return {k} * x for each element x of xs with {t} <= x <= {hi}, in order.",
     f"return [{k} * x for x in xs if {t} <= x <= {hi}]",
     f"return [{k} * x for x in xs if {t} <= {k} * x <= {hi}]",
   )
@@ -946,9 +993,11 @@ def _keep(lv, p):
     2: _grid(w=range(2, 6), op=("max", "min")),
     3: _grid(t=range(5, 31)),
   },
-  lambda rng, lv, p: [_ints(rng, -3 if lv == 3 else -10, 10, 9)],
+  lambda rng, lv, p: [_ints(rng, -3 if lv == 3 else -10, 10, 12)],
   lambda lv, p: [
     *_list_edges()(lv, p),
+    [[9, *[0] * p.get("w", 1)]],
+    [[-9, *[0] * p.get("w", 1)]],
     [[p.get("t", 0), 1, 2]],
     [[p.get("t", 0) + 1] * 4],
     [[5] * 40],
@@ -972,7 +1021,9 @@ def _running(lv, p):
     )
   if lv == 2:
     w, op = p["w"], p["op"]
-    ref = f"return [{op}(xs[max(0, i - {w - 1}):i + 1]) for i in range(len(xs))]"
+    ref = (
+      f"return [{op}(xs[max(0, i - {w - 1}):i + 1]) for i in range(len(xs))]"
+    )
     return Variant(
       f"Return a list whose item i is the {op} of the last {w} items of xs up"
       " to and including xs[i] (fewer at the start).",
@@ -1003,7 +1054,9 @@ def _running(lv, p):
   "xs: list[int]",
   "list[int]",
   {1: _grid(n=range(1, 7)), 2: _grid(m=range(2, 13)), 3: _grid(n=range(1, 6))},
-  lambda rng, lv, p: [_ints(rng, -3, 4, 10)],
+  lambda rng, lv, p: [
+    _ints(rng, -1 if lv == 2 else 0, 2 if lv == 2 else 1, 12)
+  ],
   lambda lv, p: [
     *_list_edges()(lv, p),
     [[5] * 10],
@@ -1026,7 +1079,7 @@ def _dedupe(lv, p):
     )
     copies = "occurrence" if n == 1 else f"{n} occurrences"
     return Variant(
-      f"Return xs keeping only the first {copies} of each value, in order.",
+      f"Keep the first {copies} of each value of xs, in order.",
       ref,
       _swap(ref, f"<= {n}", f"<= {n + 1}"),
     )
@@ -1071,9 +1124,12 @@ def _dedupe(lv, p):
   "factorial_mod",
   "n: int",
   "int",
-  {lv: _grid(m=range(5, 61)) for lv in LEVELS},
+  # Primes above the sampled n, so that n! % m is rarely 0.
+  {lv: _grid(m=[m for m in range(61, 400) if _is_prime(m)]) for lv in LEVELS},
   lambda rng, lv, p: [rng.randint(-10 if lv == 2 else 0, 60)],
-  lambda lv, p: _wrap(0, 1, 2, 3, p["m"] - 1, p["m"], 500, *((-5,) * (lv == 2))),
+  lambda lv, p: _wrap(
+    0, 1, 2, 3, p["m"] - 1, p["m"], 500, *((-5,) * (lv == 2))
+  ),
 )
 def _factorial_mod(lv, p):
   m = p["m"]
@@ -1093,7 +1149,10 @@ def _factorial_mod(lv, p):
   step, text = (
     ("", f"Return n! % {m}, for n >= 0.")
     if lv == 1
-    else (", 2", f"Return the product of the odd numbers 1..n, % {m} (1 if n < 1).")
+    else (
+      ", 2",
+      f"Return the product of the odd numbers 1..n, % {m} (1 if n < 1).",
+    )
   )
   start = 2 if lv == 1 else 1
   ref = _lines(
@@ -1167,7 +1226,10 @@ def _collatz(lv, p):
     ref = _lines(
       "steps = 0", f"while n > {t}:", step, "    steps += 1", "return steps"
     )
-    text, bug = "Return the number of steps.", _swap(ref, "= 0", "= 1")
+    text, bug = (
+      "Return the number of steps.",
+      _swap(ref, "steps = 0", "steps = 1"),
+    )
   elif lv == 2:
     ref = _lines(
       "top = n", f"while n > {t}:", step, "    top = max(top, n)", "return top"
@@ -1180,7 +1242,7 @@ def _collatz(lv, p):
     ref = _lines(
       "odd = 0", f"while n > {t}:", "    odd += n % 2", step, "return odd"
     )
-    text = f"Return how many odd values above {t} n takes, counting the start."
+    text = "Return how many of the values n takes (the start included) are odd."
     bug = _swap(ref, "odd += n % 2", "odd += 1")
   return Variant(f"{rule} {text}", ref, bug)
 
@@ -1192,7 +1254,8 @@ def _collatz(lv, p):
   "digit_sum",
   "n: int",
   "int",
-  {lv: _grid(b=range(2, 17)) for lv in LEVELS},
+  # Base 2 would make every digital root 1.
+  {lv: _grid(b=range(3 if lv == 3 else 2, 17)) for lv in LEVELS},
   _int_arg(-999, 999),
   lambda lv, p: _wrap(0, -1, p["b"], p["b"] - 1, -p["b"], 10**12, -(10**12)),
 )
@@ -1227,7 +1290,9 @@ def _digit_sum(lv, p):
 
 
 def _gcd_sample(rng, lv, p):
-  g = rng.randint(1, 12)
+  # Common factors, often ones of c, so that the answers vary.
+  divisors = [d for d in range(2, p["c"] + 1) if p["c"] % d == 0]
+  g = rng.choice(divisors if rng.random() < 0.3 else range(1, 13))
   return [g * rng.randint(-8, 8), g * rng.randint(-8, 8)]
 
 
@@ -1288,7 +1353,9 @@ def _gcd(lv, p):
 
 
 def _runs_sample(rng, lv, p):
-  runs = [rng.choice("aab") * rng.randint(1, 4) for _ in range(rng.randint(0, 4))]
+  runs = [
+    rng.choice("aab") * rng.randint(1, 4) for _ in range(rng.randint(0, 4))
+  ]
   return ["".join(runs)]
 
 
@@ -1375,7 +1442,15 @@ def _palindrome_sample(rng, lv, p):
   },
   _palindrome_sample,
   lambda lv, p: _wrap(
-    "", p["c"], p["c"] * 3, "a", "ab", "Aa", "ab" + p["c"] + "a", "abc" * 20
+    "",
+    p["c"],
+    p["c"] * 3,
+    "a",
+    "ab",
+    "Aa",
+    "ab" + p["c"] + "a",
+    "abc" * 20,
+    *(("aA" * 3)[: p.get("n", 1)], "b" + "a" * p.get("n", 1)) * (lv == 3),
   ),
 )
 def _palindrome(lv, p):
@@ -1403,7 +1478,7 @@ def _palindrome(lv, p):
 
 
 def _binary_sample(rng, lv, p):
-  n = rng.randint(0, 2 ** (p.get("w", 8) + 1))
+  n = rng.randint(0, max(200, 2 ** (p.get("w", 0) + 1)))
   return [-n if lv == 3 and rng.random() < 0.4 else n]
 
 
@@ -1418,7 +1493,12 @@ def _binary_sample(rng, lv, p):
   },
   _binary_sample,
   lambda lv, p: _wrap(
-    0, 1, 2, 2 ** p.get("w", 5) - 1, 2 ** p.get("w", 5), 10**12,
+    0,
+    1,
+    2,
+    2 ** p.get("w", 5) - 1,
+    2 ** p.get("w", 5),
+    10**12,
     *((-1, -6, -(10**12)) if lv == 3 else ()),
   ),
 )
@@ -1491,9 +1571,9 @@ def _fizzbuzz(lv, p):
   if lv == 1:
     pairs = [(p["a"], "Fizz"), (p["b"], "Buzz")]
   elif lv == 2:
-    pairs = list(zip(p["ab"], p["w"]))
+    pairs = list(zip(p["ab"], p["w"], strict=True))
   else:
-    pairs = list(zip(p["abc"], ("Fizz", "Buzz", "Bazz")))
+    pairs = list(zip(p["abc"], ("Fizz", "Buzz", "Bazz"), strict=True))
   checks = [
     line
     for d, word in pairs
@@ -1525,10 +1605,11 @@ def _fizzbuzz(lv, p):
 )
 def _second_largest(lv, p):
   d, k = p["d"], p.get("k", 2)
-  nth = {2: "second", 3: "third", 4: "fourth"}[k]
+  nth = _ORDINALS[k]
   if lv < 3:
     ref = _lines(
-      "vals = sorted(set(xs))", f"return vals[-{k}] if len(vals) >= {k} else {d}"
+      "vals = sorted(set(xs))",
+      f"return vals[-{k}] if len(vals) >= {k} else {d}",
     )
     text = f"Return the {nth} largest distinct value in xs"
   else:
@@ -1555,21 +1636,19 @@ def _params_key(family: str, level: int, params: dict) -> str:
 def _split_spaces(family: str, level: int) -> dict[str, tuple[dict, ...]]:
   """The level's parameter space cut into splits by rank of digest."""
   space = FAMILIES[family].spaces[level]
-  ranked = sorted(
-    space,
-    key=lambda p: hashlib.sha256(
-      _params_key(family, level, p).encode()
-    ).hexdigest(),
-  )
-  n_test = max(1, round(len(ranked) * TEST_FRACTION))
-  if len(ranked) < 2:
+  if len(space) < 2:
     raise GenerationError(f"{family} level {level}: space too small to split.")
-  test = {_params_key(family, level, p) for p in ranked[:n_test]}
-  # Keep each split in the space's own order (readable, stable).
+  digests = [
+    hashlib.sha256(_params_key(family, level, p).encode()).hexdigest()
+    for p in space
+  ]
+  n_test = max(1, round(len(space) * TEST_FRACTION))
+  test = set(sorted(digests)[:n_test])
+  # Each split keeps the space's own order (readable, stable).
   return {
-    "test": tuple(p for p in space if _params_key(family, level, p) in test),
+    "test": tuple(p for p, d in zip(space, digests, strict=True) if d in test),
     "train": tuple(
-      p for p in space if _params_key(family, level, p) not in test
+      p for p, d in zip(space, digests, strict=True) if d not in test
     ),
   }
 
@@ -1580,16 +1659,36 @@ def parameter_space(family: str, level: int, split: str) -> tuple[dict, ...]:
 
 
 def split_of(family: str, level: int, params: dict) -> str:
-  """The split a parameter tuple belongs to."""
-  return "test" if params in parameter_space(family, level, "test") else "train"
+  """The split of a parameter dict (also as in task metadata: lists for tuples).
+
+  Raises:
+    KeyError: if `params` is not in the level's space.
+  """
+  key = json.dumps(params, sort_keys=True)
+  if key not in _splits_by_key(family, level):
+    raise KeyError(f"{family} level {level} has no parameters {params}.")
+  return _splits_by_key(family, level)[key]
+
+
+@functools.cache
+def _splits_by_key(family: str, level: int) -> dict[str, str]:
+  return {
+    json.dumps(p, sort_keys=True): split
+    for split in SPLITS
+    for p in parameter_space(family, level, split)
+  }
 
 
 # --- Running trusted code -----------------------------------------------------
 
 
-def _load(source: str, entry: str) -> Callable:
+def load_function(source: str, entry: str) -> Callable:
+  """Runs trusted `source` in a fresh namespace and returns `entry` from it.
+
+  Only for code generated here: it runs in this process, unsandboxed.
+  """
   namespace = {"__name__": "synthetic_task"}
-  exec(compile(source, f"<{entry}>", "exec"), namespace)  # noqa: S102
+  exec(compile(source, f"<{entry}>", "exec"), namespace)
   return namespace[entry]
 
 
@@ -1635,19 +1734,21 @@ class _Draft:
 
 def _inputs(rng, fam, level, params) -> tuple[list[list], list[list]]:
   """Distinct (random inputs, edge inputs); edges first in priority."""
+  # repr tells our argument values (ints, strs, int lists) apart.
   seen, edges = set(), []
   for args in fam.edges(level, params):
-    key = wire.encode_json(args)
+    key = repr(args)
     if key not in seen:
       seen.add(key)
       edges.append(args)
-  need = NUM_VISIBLE[1] + NUM_HIDDEN[1] + NUM_HELDOUT
+  # Spare inputs give the suites room to expose the bug and vary outputs.
+  need = 2 * (NUM_VISIBLE[1] + NUM_HIDDEN[1] + NUM_HELDOUT)
   randoms = []
-  for _ in range(20 * need):
+  for _ in range(4 * need):
     if len(randoms) == need:
       break
     args = fam.sample(rng, level, params)
-    key = wire.encode_json(args)
+    key = repr(args)
     if key not in seen:
       seen.add(key)
       randoms.append(args)
@@ -1655,7 +1756,11 @@ def _inputs(rng, fam, level, params) -> tuple[list[list], list[list]]:
 
 
 def _diversify(chosen: list, pool: list, expected: Callable) -> None:
-  """Swaps one item in from `pool` so `chosen` has two distinct outputs."""
+  """Swaps one item in from `pool` so `chosen` has two distinct outputs.
+
+  Raises:
+    GenerationError: if `pool` has no other output (a constant function).
+  """
   values = {wire.encode_json(expected(a)) for a in chosen}
   if len(values) > 1:
     return
@@ -1663,13 +1768,11 @@ def _diversify(chosen: list, pool: list, expected: Callable) -> None:
     if wire.encode_json(expected(args)) not in values:
       pool[i], chosen[-1] = chosen[-1], args
       return
+  raise GenerationError(f"every input gives {values.pop()}")
 
 
-def _make_task(config, index, rng, used) -> _Draft:
-  """Draws the family, level and parameters of task `index`, then its suites."""
-  names = list(config.families or sorted(FAMILIES))
-  random.Random(f"{config.seed}:families").shuffle(names)
-  fam = FAMILIES[names[index % len(names)]]
+def _make_task(config, index, fam, rng, used) -> _Draft:
+  """Draws the level and parameters of task `index`, then its suites."""
   for _ in range(10):  # Avoid repeating a (family, level, params) if we can.
     level = rng.choices(LEVELS, weights=config.difficulty_weights)[0]
     params = rng.choice(parameter_space(fam.name, level, config.split))
@@ -1680,13 +1783,20 @@ def _make_task(config, index, rng, used) -> _Draft:
   variant = fam.render(level, params)
   ref_src = fam.source(variant.ref)
   where = f"{fam.name} level {level} {params}"
-  ref, bug = _load(ref_src, fam.name), _load(fam.source(variant.bug), fam.name)
+  ref, bug = (
+    load_function(ref_src, fam.name),
+    load_function(fam.source(variant.bug), fam.name),
+  )
+
+  outputs = {}
 
   def expected(args):
-    ok, out = _call(ref, args)
-    if not ok:
-      raise GenerationError(f"{where}: reference raised {out!r} on {args}.")
-    return out
+    key = wire.encode_json(args)
+    if key not in outputs:
+      ok, outputs[key] = _call(ref, args)
+      if not ok:
+        raise GenerationError(f"{where}: reference raised {outputs[key]!r}.")
+    return outputs[key]
 
   randoms, edges = _inputs(rng, fam, level, params)
   n_vis, n_a = rng.randint(*NUM_VISIBLE), rng.randint(*NUM_HIDDEN)
@@ -1703,17 +1813,23 @@ def _make_task(config, index, rng, used) -> _Draft:
       visible[-1] = rest.pop(failing[0])
     else:
       failing = sorted(
-        (len(wire.encode_json(a)), i) for i, a in enumerate(edges) if bug_fails(a)
+        (len(wire.encode_json(a)), i)
+        for i, a in enumerate(edges)
+        if bug_fails(a)
       )
       if not failing:
         raise GenerationError(f"{where}: the bug passes every input.")
       visible[-1] = edges.pop(failing[0][1])
   hidden, rest = rest[:n_a], rest[n_a:]
-  _diversify(hidden, rest, expected)
-  heldout = edges + rest[: max(0, NUM_HELDOUT - len(edges))]
-  if len(heldout) < 20:
+  try:
+    _diversify(hidden, rest, expected)
+    n_b = max(0, NUM_HELDOUT - len(edges))
+    heldout = edges + rest[:n_b]
+    _diversify(heldout, rest[n_b:], expected)
+  except GenerationError as e:
+    raise GenerationError(f"{where}: {e}") from None
+  if len(heldout) < MIN_HELDOUT:
     raise GenerationError(f"{where}: suite B has only {len(heldout)} tests.")
-  _diversify(heldout, rest[max(0, NUM_HELDOUT - len(edges)) :], expected)
   suites = {
     name: tuple({"args": a, "expected": expected(a)} for a in inputs)
     for name, inputs in (
@@ -1724,7 +1840,7 @@ def _make_task(config, index, rng, used) -> _Draft:
   }
   task = schema.Task(
     task_id=f"syn/{fam.name}/{config.split}/{index}",
-    prompt=f"Write a Python function {fam.signature}.\n{variant.text}",
+    prompt=f"Write {fam.signature}.\n{variant.text}",
     entry_point=fam.name,
     kind="function",
     reference_solution=ref_src,
@@ -1733,7 +1849,7 @@ def _make_task(config, index, rng, used) -> _Draft:
       "family": fam.name,
       "difficulty": level,
       "split": config.split,
-      "params": json.loads(wire.dumps(wire.encode(params))),
+      "params": json.loads(json.dumps(params)),  # Tuples become lists.
     },
     **suites,
   )
@@ -1776,7 +1892,7 @@ def _demo_plans(draft: _Draft, config, rng) -> list[DemoPlan]:
   draws = [rng.random() for _ in DEMO_KINDS]
   return [
     DemoPlan(task.task_id, kind, tuple(actions[kind]))
-    for kind, draw in zip(DEMO_KINDS, draws)
+    for kind, draw in zip(DEMO_KINDS, draws, strict=True)
     if draw < getattr(config, kind)
   ]
 
@@ -1795,10 +1911,16 @@ def generate(
   Raises:
     GenerationError: if a family cannot produce a valid task (a bug here).
   """
+  # Round robin over a seeded order: every family appears once per block.
+  names = list(config.families or sorted(FAMILIES))
+  random.Random(f"{config.seed}:families").shuffle(names)
   tasks, plans, used = [], [], set()
   for index in range(config.num_tasks):
     stream = f"{config.seed}:{config.split}:{index}"
-    draft = _make_task(config, index, random.Random(stream + ":task"), used)
+    fam = FAMILIES[names[index % len(names)]]
+    draft = _make_task(
+      config, index, fam, random.Random(stream + ":task"), used
+    )
     tasks.append(draft.task)
     plans += _demo_plans(draft, config, random.Random(stream + ":demo"))
   return tasks, plans
@@ -1809,8 +1931,6 @@ def generate(
 
 def _define_flags():
   """Flags exist only when this module is the program (no import clashes)."""
-  from absl import flags  # noqa: PLC0415
-
   flags.DEFINE_enum("split", None, list(SPLITS), "Which split to generate.")
   flags.DEFINE_integer("num_tasks", None, "How many tasks.")
   flags.DEFINE_integer("seed", None, "Random seed (config default if unset).")
@@ -1826,12 +1946,17 @@ def _define_flags():
   return flags.FLAGS
 
 
+def _float(text: str, flag: str) -> float:
+  try:
+    return float(text)
+  except ValueError:
+    raise app.UsageError(f"--{flag}: {text!r} is not a number.") from None
+
+
 def main(argv: list[str]) -> None:
   """Writes `--out` (and `--demos_out`) from the flags."""
   if len(argv) > 1:
-    raise SystemExit(f"Unexpected arguments: {argv[1:]}")
-  from absl import flags  # noqa: PLC0415
-
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   values = flags.FLAGS
   kwargs = {
     "split": values.split,
@@ -1839,10 +1964,17 @@ def main(argv: list[str]) -> None:
     "seed": values.seed,
     "families": values.families and tuple(values.families),
     "difficulty_weights": values.difficulty_weights
-    and tuple(float(w) for w in values.difficulty_weights),
+    and tuple(
+      _float(w, "difficulty_weights") for w in values.difficulty_weights
+    ),
     **{kind: getattr(values, kind) for kind in DEMO_KINDS},
   }
-  config = SyntheticConfig(**{k: v for k, v in kwargs.items() if v is not None})
+  try:
+    config = SyntheticConfig(
+      **{k: v for k, v in kwargs.items() if v is not None}
+    )
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   tasks, plans = generate(config)
   schema.write_tasks(values.out, tasks)
   if values.demos_out:
@@ -1850,7 +1982,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  from absl import app  # noqa: PLC0415
-
   _define_flags()
   app.run(main)
