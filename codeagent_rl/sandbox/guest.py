@@ -634,11 +634,21 @@ class ForkServer:
       except OSError:
         pass
     deadline = time.monotonic() + _KILL_TIMEOUT_S
+    empty_scans = 0
     while True:
       self._reap()
       pids = self._job_pids(pgid)
       if not pids:
-        return True
+        # A process forked while its parent was being killed may show up
+        # in /proc a moment late: only a second empty scan ends the sweep.
+        empty_scans += 1
+        if empty_scans == 2:
+          # Zombies re-parented to the server since the reap above: their
+          # parents were job processes, all gone now, so this reap is final.
+          self._reap()
+          return True
+        continue
+      empty_scans = 0
       if time.monotonic() > deadline:
         return False
       for pid in pids:

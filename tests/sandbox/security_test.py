@@ -91,7 +91,7 @@ def assert_clean_sandbox(pool) -> None:
   state = sandbox_state(pool)
   others = state["others"]
   # The server (init), the zygote and at most one spare, all root: no
-  # process of an earlier job (uid 65534) is left.
+  # process of an earlier job (uid 65534) is left, not even a zombie.
   assert others.get("1", [None])[0] == 0, state
   assert all(uid == 0 for uid, _ in others.values()), state
   assert 2 <= len(others) <= 3, state
