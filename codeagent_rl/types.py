@@ -7,25 +7,13 @@ passed through `jax.jit`, sharded and checkpointed as it is.
 
 from __future__ import annotations
 
-import enum
-
 import chex
 from flax import struct
 import jax
 import jax.numpy as jnp
 
-
-class JobStatus(enum.IntEnum):
-  """Outcome of one sandbox job, stored as an int in `Rewards.status`."""
-
-  OK = 0
-  TIMEOUT = 1
-  MEMORY = 2
-  OUTPUT_LIMIT = 3
-  CRASH = 4
-  SANDBOX_ERROR = 5
-  # Not sent to the sandbox: stage 1 vetoed it, or no code was submitted.
-  NOT_EXECUTED = 6
+# Re-exported: sandbox-side code imports it from the jax-free module.
+from codeagent_rl.status import JobStatus  # noqa: F401
 
 
 @struct.dataclass

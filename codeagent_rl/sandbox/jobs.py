@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import dataclasses
 from typing import Any
 
-from codeagent_rl import types
+from codeagent_rl import status as status_lib
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import wire
 from codeagent_rl.sandbox import worker
@@ -31,12 +31,12 @@ TEST_STATUSES = (
   "bad_output",  # returned something that is not plain data
   "not_run",  # the job stopped before this test
 )
-_STATUS_BY_NAME = {s.name.lower(): s for s in types.JobStatus}
+_STATUS_BY_NAME = {s.name.lower(): s for s in status_lib.JobStatus}
 
 
-def status_name(status: types.JobStatus) -> str:
+def status_name(status: status_lib.JobStatus) -> str:
   """The lowercase name used in JSON (`JobStatus.OK` -> "ok")."""
-  return types.JobStatus(status).name.lower()
+  return status_lib.JobStatus(status).name.lower()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +179,7 @@ class JobResult:
     sandbox: name of the sandbox that ran the job ("" if none did).
   """
 
-  status: types.JobStatus
+  status: status_lib.JobStatus
   tests: tuple[TestRun, ...]
   exit_code: int | None = None
   signal: int | None = None
@@ -217,7 +217,7 @@ def sandbox_error_result(
     for _ in job.inputs
   )
   return JobResult(
-    status=types.JobStatus.SANDBOX_ERROR,
+    status=status_lib.JobStatus.SANDBOX_ERROR,
     tests=tests,
     duration_s=duration_s,
     reason=reason,

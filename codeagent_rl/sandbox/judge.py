@@ -23,7 +23,7 @@ import dataclasses
 import math
 from typing import Any
 
-from codeagent_rl import types
+from codeagent_rl import status as status_lib
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import schema
@@ -193,7 +193,7 @@ class Grade:
   """A solution graded on suite A (hidden) and suite B (held out)."""
 
   task_id: str
-  status: types.JobStatus
+  status: status_lib.JobStatus
   suite_a: SuiteScore
   suite_b: SuiteScore
   result: jobs.JobResult
