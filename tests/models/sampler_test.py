@@ -33,6 +33,9 @@ GREEDY = sampler_lib.SamplerConfig(
 )
 PAD = 0
 ACTOR = tf.Actor(CFG)
+# Reference forwards, jitted: eager flax applies dispatch op by op and made
+# this file slow; one compile per sequence length is cheaper.
+APPLY = jax.jit(ACTOR.apply)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +63,7 @@ def reference_greedy(params, prompt, n):
   for _ in range(n):
     toks = jnp.array([seq], jnp.int32)
     valid = jnp.ones_like(toks, bool)
-    logits, _ = ACTOR.apply(params, toks, tf.positions_from_valid(valid), valid)
+    logits, _ = APPLY(params, toks, tf.positions_from_valid(valid), valid)
     nxt = int(jnp.argmax(logits[0, -1]))
     out.append(nxt)
     seq.append(nxt)
@@ -88,7 +91,7 @@ def test_greedy_equals_stepwise_argmax_of_full_forwards(params):
   # Log-probs are those of the full forward at each step.
   seq = jnp.array([[5, 6, 7, 8, 9] + list(np.asarray(out.tokens[0]))])
   v = jnp.ones_like(seq, bool)
-  logits, _ = ACTOR.apply(params, seq, tf.positions_from_valid(v), v)
+  logits, _ = APPLY(params, seq, tf.positions_from_valid(v), v)
   logp = jax.nn.log_softmax(logits[0, 4:10], -1)
   want = jnp.take_along_axis(logp, seq[0, 5:11, None], -1)[:, 0]
   np.testing.assert_allclose(out.log_probs[0], want, atol=1e-5)
@@ -148,7 +151,7 @@ def test_incremental_prefill_equals_whole_prefill(params):
     seq = prompt + list(np.asarray(out.tokens[row, :3])) + obs_row
     toks = jnp.array([seq])
     v = jnp.ones_like(toks, bool)
-    logits, _ = ACTOR.apply(params, toks, tf.positions_from_valid(v), v)
+    logits, _ = APPLY(params, toks, tf.positions_from_valid(v), v)
     np.testing.assert_allclose(state.last_logits[row], logits[0, -1], atol=2e-5)
     assert int(state.next_pos[row]) == len(seq)
 
