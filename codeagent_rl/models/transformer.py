@@ -28,6 +28,8 @@ from flax import struct
 import jax
 import jax.numpy as jnp
 
+from codeagent_rl import config_utils
+
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 REMAT_POLICIES = {
   "none": None,
@@ -120,15 +122,7 @@ class TransformerConfig:
   @classmethod
   def from_config(cls, section: Any) -> TransformerConfig:
     """Builds from a ConfigDict or dict, naming unknown or missing fields."""
-    fields = dict(section)
-    expected = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - expected)
-    missing = sorted(expected - set(fields))
-    if unknown or missing:
-      raise ValueError(
-        f"config.model: unknown fields {unknown}, missing fields {missing}."
-      )
-    return cls(**fields)
+    return config_utils.from_section(cls, section, "model")
 
   @property
   def jnp_dtype(self):

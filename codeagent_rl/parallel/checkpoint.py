@@ -43,6 +43,8 @@ from etils import epath
 import jax
 import orbax.checkpoint as ocp
 
+from codeagent_rl import config_utils
+
 PyTree = Any
 
 # Item names inside one step directory.
@@ -88,16 +90,7 @@ class CheckpointConfig:
     Raises:
       ValueError: a field is missing, unknown or has a bad value.
     """
-    fields = dict(section)
-    expected = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - expected)
-    missing = sorted(expected - set(fields))
-    if unknown or missing:
-      raise ValueError(
-        f"config.checkpoint: unknown fields {unknown}, missing fields"
-        f" {missing}."
-      )
-    return cls(**fields)
+    return config_utils.from_section(cls, section, "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)

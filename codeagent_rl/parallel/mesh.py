@@ -22,6 +22,8 @@ import jax
 from jax.experimental import mesh_utils
 import numpy as np
 
+from codeagent_rl import config_utils
+
 # Mesh axis names, outermost first.
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -129,15 +131,7 @@ class MeshConfig:
   @classmethod
   def from_config(cls, section: Any) -> MeshConfig:
     """Builds from a ConfigDict or dict, naming unknown or missing fields."""
-    fields = dict(section)
-    expected = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - expected)
-    missing = sorted(expected - set(fields))
-    if unknown or missing:
-      raise ValueError(
-        f"config.mesh: unknown fields {unknown}, missing fields {missing}."
-      )
-    return cls(**fields)
+    return config_utils.from_section(cls, section, "mesh")
 
   def axis_sizes(self, num_devices: int) -> dict[str, int]:
     """Resolves -1 and checks that the mesh uses exactly `num_devices`.

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from codeagent_rl import config_utils
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import sharding
@@ -82,15 +83,7 @@ class OptimConfig:
   @classmethod
   def from_config(cls, section: Any) -> OptimConfig:
     """Builds from a ConfigDict or dict, naming unknown or missing fields."""
-    fields = dict(section)
-    expected = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - expected)
-    missing = sorted(expected - set(fields))
-    if unknown or missing:
-      raise ValueError(
-        f"config.optim: unknown fields {unknown}, missing fields {missing}."
-      )
-    return cls(**fields)
+    return config_utils.from_section(cls, section, "optim")
 
 
 def make_optimizer(

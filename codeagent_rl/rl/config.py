@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from codeagent_rl import config_utils
 from codeagent_rl.rl import advantages
 from codeagent_rl.rl import kl
 from codeagent_rl.rl import losses
@@ -119,12 +120,4 @@ def _build(cls, section: Any, name: str):
   """Instantiates `cls` from `section[name]`, naming stray or missing keys."""
   if name not in section:
     raise ValueError(f"config.rl has no section {name!r}.")
-  fields = dict(section[name])
-  expected = {f.name for f in dataclasses.fields(cls)}
-  unknown = sorted(set(fields) - expected)
-  missing = sorted(expected - set(fields))
-  if unknown or missing:
-    raise ValueError(
-      f"config.rl.{name}: unknown fields {unknown}, missing fields {missing}."
-    )
-  return cls(**fields)
+  return config_utils.from_section(cls, section[name], f"rl.{name}")
