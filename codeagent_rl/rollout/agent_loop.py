@@ -11,8 +11,12 @@ prefill. The result is the trajectory batch of DESIGN.md:
   observation 1 (turn 1, not trainable) | action 2 (turn 2) | ... | padding
 
 The final observation of an episode that ends (by `<submit>` or a budget) is
-not appended: no policy token follows it. Rows are padded to a fixed length
-(`max_total_tokens` of the environment), so the learner compiles once.
+not appended: no policy token follows it. A `<submit>` always ends its
+episode and its grade (suites A and B) is needed only when the batch is
+done, so submissions are graded in a background thread while the other
+episodes keep generating: the sandbox overlaps with generation. Rows are
+padded to a fixed length (`max_total_tokens` of the environment), so the
+learner compiles once.
 
 The policy is anything that implements `Policy`; `SamplerPolicy` runs the
 transformer with its KV cache, tests use scripted policies.
@@ -21,6 +25,7 @@ transformer with its KV cache, tests use scripted policies.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import concurrent.futures
 import dataclasses
 import time
 from typing import Any, Protocol
@@ -31,6 +36,7 @@ import numpy as np
 
 from codeagent_rl import types
 from codeagent_rl.envs import code_env
+from codeagent_rl.envs import protocol
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.tasks import schema
@@ -221,46 +227,68 @@ def collect(
   policy.begin([s.prompt_ids for s in states])
   timings["generate_s"] += time.perf_counter() - start
   turn = 0
-  while not all(s.done for s in states):
-    turn += 1
-    budgets = [
-      0
-      if s.done
-      else min(cfg.max_tokens_per_turn, cfg.max_total_tokens - s.num_tokens)
-      for s in states
-    ]
-    start = time.perf_counter()
-    generated = policy.generate(budgets, jax.random.fold_in(rng, turn))
-    timings["generate_s"] += time.perf_counter() - start
-    live = [i for i, s in enumerate(states) if not s.done]
-    for i in live:
-      ids, logp = generated[i]
-      row = rows[i]
-      row.tokens += ids
-      row.trainable += [True] * len(ids)
-      row.turn += [turn] * len(ids)
-      row.log_probs += logp
-    start = time.perf_counter()
-    stepped = env.step_many(
-      [states[i] for i in live],
-      [tok.decode(generated[i][0]) for i in live],
-      [len(generated[i][0]) for i in live],
-    )
-    timings["env_s"] += time.perf_counter() - start
-    observations = [[] for _ in states]
-    for i, (new_state, result) in zip(live, stepped, strict=True):
-      states[i] = new_state
-      if not result.done:
-        obs = list(result.observation_ids)
-        observations[i] = obs
+  # Rows whose `<submit>` is being graded in the background: row -> future.
+  grading: dict[int, concurrent.futures.Future] = {}
+  with concurrent.futures.ThreadPoolExecutor(1) as grader:
+    while not all(s.done or i in grading for i, s in enumerate(states)):
+      turn += 1
+      waiting = [s.done or i in grading for i, s in enumerate(states)]
+      budgets = [
+        0
+        if waiting[i]
+        else min(cfg.max_tokens_per_turn, cfg.max_total_tokens - s.num_tokens)
+        for i, s in enumerate(states)
+      ]
+      start = time.perf_counter()
+      generated = policy.generate(budgets, jax.random.fold_in(rng, turn))
+      timings["generate_s"] += time.perf_counter() - start
+      live = [i for i in range(len(states)) if not waiting[i]]
+      texts = {}
+      for i in live:
+        ids, logp = generated[i]
         row = rows[i]
-        row.tokens += obs
-        row.trainable += [False] * len(obs)
-        row.turn += [turn] * len(obs)
-        row.log_probs += [0.0] * len(obs)
+        row.tokens += ids
+        row.trainable += [True] * len(ids)
+        row.turn += [turn] * len(ids)
+        row.log_probs += logp
+        texts[i] = tok.decode(ids)
+      submits = [
+        i
+        for i in live
+        if isinstance(protocol.parse_action(texts[i]), protocol.Submit)
+      ]
+      for i in submits:
+        grading[i] = grader.submit(
+          env.step, states[i], texts[i], len(generated[i][0])
+        )
+      stepping = [i for i in live if i not in grading]
+      start = time.perf_counter()
+      stepped = env.step_many(
+        [states[i] for i in stepping],
+        [texts[i] for i in stepping],
+        [len(generated[i][0]) for i in stepping],
+      )
+      timings["env_s"] += time.perf_counter() - start
+      observations = [[] for _ in states]
+      for i, (new_state, result) in zip(stepping, stepped, strict=True):
+        states[i] = new_state
+        if not result.done:
+          obs = list(result.observation_ids)
+          observations[i] = obs
+          row = rows[i]
+          row.tokens += obs
+          row.trainable += [False] * len(obs)
+          row.turn += [turn] * len(obs)
+          row.log_probs += [0.0] * len(obs)
+      start = time.perf_counter()
+      policy.observe(observations)
+      timings["generate_s"] += time.perf_counter() - start
     start = time.perf_counter()
-    policy.observe(observations)
-    timings["generate_s"] += time.perf_counter() - start
+    for i, future in grading.items():
+      states[i], result = future.result()
+      if not result.done:  # a submit always ends its episode
+        raise AssertionError(f"row {i}: a <submit> left the episode open")
+    timings["env_s"] += time.perf_counter() - start
   batch, log_probs = _to_batch(rows, states, group_ids, cfg, tok.pad_id)
   rewards = code_env.rewards([s.outcome for s in states], num_flags)
   return Rollout(batch, log_probs, rewards, states, timings)

@@ -261,3 +261,54 @@ def test_sampler_policy_drives_the_transformer(env):
   np.testing.assert_allclose(
     np.asarray(taken)[trainable[:, 1:]], lp[:, 1:][trainable[:, 1:]], atol=2e-4
   )
+
+
+class _GatedPool:
+  """Holds every submission job until the policy opens the gate."""
+
+  def __init__(self, pool, gate):
+    self.pool = pool
+    self.config = pool.config
+    self.gate = gate
+    self.blocked = False
+
+  def submit(self, job):
+    if len(job.inputs) > 2:  # suites A + B, not the 2 visible tests
+      if not self.gate.wait(timeout=10):
+        self.blocked = True
+    return self.pool.submit(job)
+
+
+class _OpeningPolicy(ScriptedPolicy):
+  """Opens the gate while generating turn 2."""
+
+  def __init__(self, scripts, gate):
+    super().__init__(scripts)
+    self.gate = gate
+
+  def generate(self, budgets, rng):
+    if len(self.budgets) == 1:
+      self.gate.set()
+    return super().generate(budgets, rng)
+
+
+def test_submissions_are_graded_while_others_generate(env):
+  import threading
+
+  gate = threading.Event()
+  gated = code_env.CodeEnv(_GatedPool(env.pool, gate), TOK, ENV)
+  policy = _OpeningPolicy(
+    [
+      [f"<submit>{GOOD}</submit>"],
+      [f"<run>{BAD}</run>", f"<submit>{GOOD}</submit>"],
+    ],
+    gate,
+  )
+  out = agent_loop.collect(
+    gated, policy, [_task("a"), _task("b")], [0, 1], jax.random.PRNGKey(0)
+  )
+  # Row 0's grading waited for turn 2's generation: it did not block it.
+  assert not gated.pool.blocked
+  np.testing.assert_allclose(out.rewards.suite_a, [1.0, 1.0])
+  assert [e.stop_reason for e in out.episodes] == ["submit", "submit"]
+  assert policy.budgets[1] == [0, ENV.max_tokens_per_turn]
