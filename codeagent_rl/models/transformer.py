@@ -244,9 +244,7 @@ class RMSNorm(nn.Module):
     x32 = x32 * jax.lax.rsqrt(
       jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + cfg.rms_eps
     )
-    return (x32.astype(cfg.jnp_dtype) * scale.astype(cfg.jnp_dtype)).astype(
-      cfg.jnp_dtype
-    )
+    return x32.astype(cfg.jnp_dtype) * scale.astype(cfg.jnp_dtype)
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:

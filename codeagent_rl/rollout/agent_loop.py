@@ -66,6 +66,9 @@ class Policy(Protocol):
   def observe(self, observations: Sequence[Sequence[int]]) -> None:
     """Appends token ids to each row's conversation (empty: unchanged)."""
 
+  def end(self) -> None:
+    """Drops the batch's conversations (e.g. the KV cache)."""
+
 
 def _pad_rows(rows: Sequence[Sequence[int]], pad_id: int):
   """Right-pads token rows into ([B, C] int32, [B, C] bool)."""
@@ -133,6 +136,10 @@ class SamplerPolicy:
       return
     tokens, valid = _pad_rows(observations, self._pad_id)
     self._state = self._sampler.extend(self._params, self._state, tokens, valid)
+
+  def end(self):
+    """Releases the KV cache: nothing is kept after a rollout."""
+    self._state = None
 
 
 def cache_len_for(
@@ -284,6 +291,7 @@ def collect(
       policy.observe(observations)
       timings["generate_s"] += time.perf_counter() - start
     start = time.perf_counter()
+    policy.end()
     for i, future in grading.items():
       states[i], result = future.result()
       if not result.done:  # a submit always ends its episode

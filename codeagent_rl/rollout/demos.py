@@ -77,6 +77,9 @@ class PlanPolicy:
     """Observations need no action: the plan is fixed."""
     del observations
 
+  def end(self):
+    """Nothing to release."""
+
 
 def render(
   env: code_env.CodeEnv,

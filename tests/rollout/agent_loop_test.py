@@ -81,6 +81,9 @@ class ScriptedPolicy:
       if obs:
         self.observed[i].append(list(obs))
 
+  def end(self):
+    self.ended = True
+
 
 @pytest.fixture(scope="module")
 def env():
@@ -241,6 +244,7 @@ def test_sampler_policy_drives_the_transformer(env):
   out = agent_loop.collect(
     small_env, policy, tasks, [0, 0], jax.random.PRNGKey(3)
   )
+  assert policy._state is None  # the KV cache is released after the rollout
   batch = out.batch
   batch.check()
   trainable = np.asarray(batch.trainable)
