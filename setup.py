@@ -16,6 +16,9 @@ INSTALL_REQUIRES = [
   "numpy>=2.0,<3",
   "optax>=0.2.5,<0.3",
   "orbax-checkpoint>=0.12,<0.13",
+  # TensorBoard event files (codeagent_rl/train/metrics.py) without
+  # TensorFlow or torch.
+  "tensorboardX>=2.6,<3",
 ]
 
 EXTRAS_REQUIRE = {
