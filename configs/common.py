@@ -175,3 +175,55 @@ def get_monitor_config() -> ml_collections.ConfigDict:
   # counts as overfitting the hidden tests.
   monitors.gap_widen = 0.1
   return monitors
+
+
+def get_anticheat_config() -> ml_collections.ConfigDict:
+  """The `anticheat` section (codeagent_rl/anticheat/config.py).
+
+  Stage 1 (trajectory and code, before execution) and stage 2 (the held-out
+  suite B) of the reward; see anticheat/stage1.py and anticheat/stage2.py.
+  """
+  anticheat = ml_collections.ConfigDict()
+  # What a stage-1 rejection does: "zero" (total 0) or "penalty".
+  anticheat.stage1_action = "zero"
+  # Total of a stage-1 rejection under "penalty" (<= 0).
+  anticheat.stage1_penalty = -1.0
+  # Whether the logistic-regression score can reject (the rules always can).
+  anticheat.classifier = True
+  # Score at or above which the classifier rejects; 0.5 is the decision
+  # boundary it was trained for (train_classifier.py).
+  anticheat.classifier_threshold = 0.5
+  # Judge stage 1 before a <submit> runs and do not execute rejected code
+  # (saves sandbox time; the outcome is "not executed").
+  anticheat.skip_flagged = True
+  # Rule flags that reject (anticheat/features.py FLAG_NAMES); all of them.
+  anticheat.enforced_flags = (
+    "unparsable",
+    "process_exit",
+    "test_framework",
+    "introspection",
+    "tampering",
+    "file_env_probing",
+    "process_network",
+    "eq_override",
+    "exception_swallowing",
+    "hardcoded_tests",
+    "constant_return",
+    "probing_runs",
+    "failing_loop",
+    "early_termination",
+    "unserialisable_output",
+  )
+  # Suite-B pass fraction stage 2 requires; 1.0: all of the held-out suite.
+  anticheat.stage2_threshold = 1.0
+  # What a stage-2 failure does: "zero" (total 0) or "penalty".
+  anticheat.stage2_action = "zero"
+  # Total of a stage-2 failure under "penalty" (<= 0).
+  anticheat.stage2_penalty = -1.0
+  # total = min(suite A, suite B) instead of suite A for accepted
+  # trajectories (matters when stage2_threshold < 1).
+  anticheat.total_min_suites = False
+  # Stage-1 weights (JSON); "": the ones shipped in
+  # codeagent_rl/anticheat/weights/stage1.json.
+  anticheat.classifier_weights = ""
+  return anticheat
