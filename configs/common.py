@@ -151,28 +151,31 @@ def get_monitor_config() -> ml_collections.ConfigDict:
   Alarms only: they log warnings and `monitor/<name>` metrics, nothing stops.
   """
   monitors = ml_collections.ConfigDict()
-  # Iterations per window of the trend monitors (two windows are compared).
-  monitors.window = 5
+  # Iterations per window of the trend monitors (two windows are compared);
+  # 10 averages out the noise of one iteration's batch (5 gave false alarms
+  # on noisy synthetic histories).
+  monitors.window = 10
   # Rise of reward/pass_a between adjacent windows that counts as rising.
   monitors.pass_rise = 0.05
   # Relative fall of passing turns or tokens between adjacent windows that
   # counts as sharp (with a rising pass rate: shortcut suspected).
   monitors.length_drop = 0.3
-  # Relative fall of code/chars_mean below its best earlier window that
-  # counts as a collapse.
+  # Relative fall of code/chars_mean below the first window (the SFT
+  # policy's) that counts as a collapse.
   monitors.code_drop = 0.5
   # Iterations examined for critic-loss oscillation.
   monitors.osc_window = 10
-  # Consecutive critic losses differing by this factor make a large move.
-  monitors.osc_ratio = 2.0
+  # Consecutive critic losses differing by this factor make a large move;
+  # 2x moves are common in noisy but stable losses.
+  monitors.osc_ratio = 3.0
   # Large up-down (or down-up) reversals in osc_window that fire the alarm.
   monitors.osc_min_reversals = 4
   # Share of episodes flagged by stage 1 in one iteration above which the
   # alarm fires; 2% as the anti-cheat issue asks (also the most honest
   # episodes stage 1 may flag).
   monitors.flag_rate_max = 0.02
-  # Widening of mean(suite_a - suite_b) above its lowest earlier window that
-  # counts as overfitting the hidden tests.
+  # Widening of mean(suite_a - suite_b) above the first window that counts
+  # as overfitting the hidden tests.
   monitors.gap_widen = 0.1
   return monitors
 

@@ -1,0 +1,1 @@
+"""Training: SFT, the PPO learner loop, evaluation and metrics."""

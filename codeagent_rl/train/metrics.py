@@ -1,0 +1,572 @@
+"""Metrics of the learner loop: metrics.jsonl, TensorBoard, console lines.
+
+`MetricsWriter` keeps one record per iteration and writes it to two places in
+the workdir: `metrics.jsonl` (one JSON object per line, with `iteration` and
+every scalar) and TensorBoard event files under `tensorboard/`
+(`tensorboard --logdir=WORKDIR` finds them). A line is flushed and fsynced
+when it is committed, so a killed run loses no committed line; a resumed run
+drops what the crashed one wrote past its checkpoint.
+
+The metric names the trainer writes (the contract read by `format_progress`
+and `codeagent_rl.anticheat.monitors`):
+
+  reward/total_mean       mean of `Rewards.total` (what RL optimises)
+  reward/pass_a           share of episodes passing all of suite A
+  reward/pass_ab          share of episodes passing all of suites A and B
+  reward/suite_a          mean pass fraction of suite A (hidden tests)
+  reward/suite_b          mean pass fraction of suite B (held-out tests)
+  kl/ref_mean             mean KL(policy || SFT reference) per token
+  loss/critic             value loss
+  loss/policy             PPO policy loss
+  policy/clip_frac        share of trainable tokens whose ratio was clipped
+  perf/tokens_per_s       generated tokens per second of generation
+  time/sandbox_wait_share share of the iteration spent waiting on the sandbox
+  time/iteration_s        wall time of the iteration
+  anticheat/flag_rate     share of episodes flagged by stage 1
+  length/passing_turns    mean turns of passing trajectories
+  length/passing_tokens   mean tokens of passing trajectories
+  length/failing_turns    mean turns of failing trajectories
+  length/failing_tokens   mean tokens of failing trajectories
+  code/chars_mean         mean length of the submitted code, in characters
+
+`PhaseTimer` adds `time/<phase>_s` and `time/<phase>_share`; the monitors add
+`monitor/<name>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+import contextlib
+import json
+import math
+import numbers
+import os
+import re
+import tempfile
+import time
+from typing import Any
+import uuid
+
+import numpy as np
+import tensorboardX
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+# Summary statistics a histogram adds to the JSON record, as `<name>/<stat>`.
+HISTOGRAM_STATS = ("mean", "p50", "p90", "max", "count")
+
+_PHASE_NAME = re.compile(r"[a-z0-9_]+")
+
+
+def _check_iteration(iteration: Any, what: str) -> int:
+  if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral):
+    raise ValueError(f"{what}={iteration!r}: must be an int >= 0.")
+  if iteration < 0:
+    raise ValueError(f"{what}={iteration!r}: must be an int >= 0.")
+  return int(iteration)
+
+
+def _to_float(name: str, value: Any) -> float:
+  """Converts a scalar (Python, NumPy or 0-d JAX array) to float."""
+  if value is None or isinstance(value, str | bytes):
+    raise ValueError(
+      f"metric {name!r}={value!r}: expected a number (int, float, NumPy or"
+      " 0-d array)."
+    )
+  try:
+    array = np.asarray(value)
+  except Exception as e:  # an object NumPy cannot convert at all
+    raise ValueError(f"metric {name!r}={value!r}: expected a number.") from e
+  if array.shape != () or array.dtype.kind not in "biuf":
+    raise ValueError(
+      f"metric {name!r}: expected one real number, got dtype {array.dtype}"
+      f" shape {array.shape}."
+    )
+  return float(array)
+
+
+def _check_name(name: Any) -> None:
+  if not isinstance(name, str) or not name:
+    raise ValueError(f"metric name {name!r}: expected a non-empty str.")
+
+
+def _json_value(value: float) -> float | None:
+  return value if math.isfinite(value) else None
+
+
+def _parse_lines(path: str, text: str) -> tuple[list[dict[str, Any]], bool]:
+  """Parses complete lines of `text`; returns (records, had_partial_tail).
+
+  A last line without its newline is what a crash during a write leaves; it
+  is reported, not parsed.
+  """
+  lines = text.split("\n")
+  tail = lines.pop()  # "" when the text ends with a newline
+  records = []
+  for number, line in enumerate(lines, start=1):
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(
+        f"{path}:{number}: not a JSON line ({e}); fix or delete the line."
+      ) from e
+    if not isinstance(record, dict) or not isinstance(
+      record.get("iteration"), int
+    ):
+      raise ValueError(
+        f"{path}:{number}: expected an object with an int 'iteration'; fix or"
+        " delete the line."
+      )
+    records.append(record)
+  return records, bool(tail)
+
+
+def _truncate(path: str, start_iteration: int) -> None:
+  """Drops lines with iteration >= start_iteration (and a partial tail)."""
+  if not os.path.exists(path):
+    return
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  records, partial = _parse_lines(path, text)
+  lines = text.split("\n")[: len(records)]
+  kept = [
+    line
+    for line, record in zip(lines, records, strict=True)
+    if record["iteration"] < start_iteration
+  ]
+  if len(kept) == len(records) and not partial:
+    return
+  directory = os.path.dirname(path)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=METRICS_FILE + ".tmp")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      f.write("".join(line + "\n" for line in kept))
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+    raise
+  dir_fd = os.open(directory, os.O_RDONLY)
+  try:
+    os.fsync(dir_fd)
+  finally:
+    os.close(dir_fd)
+
+
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
+  """Reads `WORKDIR/metrics.jsonl`: one dict per committed iteration.
+
+  JSON nulls (non-finite values) come back as NaN. A last line cut short by
+  a crash is skipped.
+
+  Raises:
+    FileNotFoundError: there is no metrics file in `workdir`.
+    ValueError: a complete line is not a JSON object with an int iteration.
+  """
+  path = os.path.join(workdir, METRICS_FILE)
+  with open(path, encoding="utf-8") as f:
+    records, _ = _parse_lines(path, f.read())
+  return [
+    {k: math.nan if v is None else v for k, v in record.items()}
+    for record in records
+  ]
+
+
+class MetricsWriter:
+  """Writes per-iteration scalars and histograms to JSONL and TensorBoard.
+
+  Writes for one iteration collect into one record; the record becomes a
+  line of `metrics.jsonl` (flushed and fsynced) when `flush()` or `close()`
+  is called or a later iteration is written. Call `flush()` at the end of
+  every iteration, before saving a checkpoint. Iterations must not go back:
+  writing an iteration already committed raises, so the file never has
+  duplicates.
+
+  Usage:
+    with MetricsWriter(workdir, start_iteration=step) as writer:
+      writer.write_scalars(it, {"loss/critic": 0.1})
+      writer.write_histograms(it, {"length/passing_tokens": lengths})
+      writer.flush()
+  """
+
+  def __init__(
+    self,
+    workdir: str,
+    *,
+    start_iteration: int = 0,
+    tensorboard: bool = True,
+  ):
+    """Opens the writer; on resume, drops lines a crashed run left.
+
+    Args:
+      workdir: the run's directory (created if missing).
+      start_iteration: the first iteration this run writes. Lines of an
+        earlier run with iteration >= start_iteration are removed (the file is
+        rewritten atomically); TensorBoard hides its events from that step on
+        (`purge_step`). 0 starts a fresh file.
+      tensorboard: also write TensorBoard event files.
+
+    Raises:
+      ValueError: a bad start_iteration, or an existing metrics file with a
+        malformed line.
+    """
+    self._start = _check_iteration(start_iteration, "start_iteration")
+    os.makedirs(workdir, exist_ok=True)
+    self.path = os.path.join(workdir, METRICS_FILE)
+    _truncate(self.path, self._start)
+    self._file = open(self.path, "a", encoding="utf-8")
+    self._next = self._start  # smallest iteration that may still be written
+    self._record: dict[str, Any] | None = None
+    self.tensorboard_dir = None
+    self._tb = None
+    if tensorboard:
+      self.tensorboard_dir = os.path.join(workdir, TENSORBOARD_DIR)
+      # tensorboardX names files by the second and opens them with "wb": a
+      # writer started within the same second (a quick resume) would
+      # overwrite the previous file without a unique suffix.
+      self._tb = tensorboardX.SummaryWriter(
+        self.tensorboard_dir,
+        purge_step=self._start or None,
+        filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}",
+      )
+
+  def __enter__(self) -> MetricsWriter:
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
+
+  def _add(self, iteration: Any, values: Mapping[str, float]) -> int:
+    """Adds `values` to the record of `iteration`; all checks come first.
+
+    Returns:
+      The iteration as an int.
+    """
+    if self._file is None:
+      raise ValueError(f"MetricsWriter({self.path}) is closed.")
+    iteration = _check_iteration(iteration, "iteration")
+    pending = self._record
+    if pending is not None and iteration == pending["iteration"]:
+      record = pending
+    else:
+      lowest = self._next if pending is None else pending["iteration"] + 1
+      if iteration < lowest:
+        raise ValueError(
+          f"iteration={iteration}: iterations before {lowest} are already"
+          f" written to {self.path} (start_iteration={self._start});"
+          " iterations must not go back."
+        )
+      record = {"iteration": iteration}
+    for name in values:
+      _check_name(name)
+      if name in record:
+        raise ValueError(
+          f"metric {name!r} written twice for iteration {iteration}."
+        )
+    if record is not pending:
+      self._commit()
+      self._record = record
+    for name, value in values.items():
+      record[name] = _json_value(value)
+    return iteration
+
+  def _commit(self) -> None:
+    record = self._record
+    if record is None:
+      return
+    self._record = None
+    self._next = record["iteration"] + 1
+    line = json.dumps(record, allow_nan=False, separators=(",", ":"))
+    self._file.write(line + "\n")
+    self._file.flush()
+    os.fsync(self._file.fileno())
+
+  def write_scalars(self, iteration: int, scalars: Mapping[str, Any]) -> None:
+    """Adds scalars to the record of `iteration`.
+
+    Args:
+      iteration: the iteration (int >= start_iteration, not yet committed).
+      scalars: name -> real number (Python, NumPy or 0-d array). Non-finite
+        values are written as JSON null (and as NaN/inf to TensorBoard).
+
+    Raises:
+      ValueError: a non-numeric value, a name written twice for this
+        iteration, the reserved name "iteration", or an iteration that is
+        already committed. Nothing is written then.
+    """
+    values = {name: _to_float(name, v) for name, v in scalars.items()}
+    iteration = self._add(iteration, values)
+    if self._tb is not None:
+      for name, value in values.items():
+        self._tb.add_scalar(name, value, iteration)
+
+  def write_histograms(self, iteration: int, hists: Mapping[str, Any]) -> None:
+    """Adds histograms to the record of `iteration`.
+
+    TensorBoard gets each histogram (finite values only). The JSON record
+    gets `<name>/mean`, `/p50`, `/p90`, `/max` over the finite values (null
+    when there are none) and `<name>/count`, the number of finite values.
+
+    Args:
+      iteration: as in `write_scalars`.
+      hists: name -> array of real numbers (any shape; flattened).
+
+    Raises:
+      ValueError: a non-numeric array or a name clash (as `write_scalars`).
+    """
+    stats = {}
+    finite_values = {}
+    for name, values in hists.items():
+      _check_name(name)
+      array = np.asarray(values)
+      if array.dtype.kind not in "biuf":
+        raise ValueError(
+          f"histogram {name!r}: expected real numbers, got dtype {array.dtype}."
+        )
+      array = array.astype(np.float64).ravel()
+      finite = array[np.isfinite(array)]
+      finite_values[name] = finite
+      if finite.size:
+        p50, p90 = np.percentile(finite, [50, 90])
+        summary = (finite.mean(), p50, p90, finite.max(), finite.size)
+      else:
+        summary = (math.nan, math.nan, math.nan, math.nan, 0)
+      for stat, value in zip(HISTOGRAM_STATS, summary, strict=True):
+        stats[f"{name}/{stat}"] = float(value)
+    iteration = self._add(iteration, stats)
+    if self._tb is not None:
+      for name, finite in finite_values.items():
+        if finite.size:
+          self._tb.add_histogram(name, finite, iteration)
+
+  def flush(self) -> None:
+    """Commits the pending record and flushes TensorBoard."""
+    if self._file is None:
+      return
+    self._commit()
+    if self._tb is not None:
+      self._tb.flush()
+
+  def close(self) -> None:
+    """Flushes and closes both outputs; later writes raise. Idempotent."""
+    if self._file is None:
+      return
+    self.flush()
+    self._file.close()
+    self._file = None
+    if self._tb is not None:
+      self._tb.close()
+      self._tb = None
+
+
+class PhaseTimer:
+  """Accumulates wall time per phase of one iteration.
+
+  Phases may nest (each counts its own time) and repeat (times add up).
+  Times measured elsewhere, e.g. sandbox waits inside the rollout, are added
+  with `add`.
+
+  Usage:
+    timer = PhaseTimer()
+    with timer.phase("generation"):
+      ...
+    writer.write_scalars(it, timer.scalars())
+    timer.reset()
+  """
+
+  def __init__(self, clock=time.perf_counter):
+    """Starts the iteration's clock.
+
+    Args:
+      clock: a function returning seconds (a fake one in tests).
+    """
+    self._clock = clock
+    self._seconds: dict[str, float] = {}
+    self._active: set[str] = set()
+    self._start = clock()
+
+  def reset(self) -> None:
+    """Forgets all phases and restarts the iteration's clock."""
+    if self._active:
+      raise ValueError(f"reset() inside phases {sorted(self._active)}.")
+    self._seconds = {}
+    self._start = self._clock()
+
+  def add(self, name: str, seconds: float) -> None:
+    """Adds `seconds` (>= 0) to phase `name`."""
+    _check_phase(name)
+    if not isinstance(seconds, numbers.Real) or not 0 <= seconds < math.inf:
+      raise ValueError(f"phase {name!r}: seconds={seconds!r} must be >= 0.")
+    self._seconds[name] = self._seconds.get(name, 0.0) + float(seconds)
+
+  @contextlib.contextmanager
+  def phase(self, name: str) -> Iterator[None]:
+    """Times the `with` block as phase `name` (lowercase, digits, `_`)."""
+    _check_phase(name)
+    if name in self._active:
+      raise ValueError(f"phase {name!r} is already running (nested in itself).")
+    self._active.add(name)
+    start = self._clock()
+    try:
+      yield
+    finally:
+      self._active.discard(name)
+      self.add(name, max(self._clock() - start, 0.0))
+
+  def scalars(self) -> dict[str, float]:
+    """Metrics of the iteration so far.
+
+    Returns:
+      "time/iteration_s" (wall time since start or `reset`), and per phase
+      "time/<name>_s" and "time/<name>_share" (its share of the iteration's
+      wall time; NaN when no time has passed).
+    """
+    total = self._clock() - self._start
+    out = {"time/iteration_s": total}
+    for name, seconds in self._seconds.items():
+      out[f"time/{name}_s"] = seconds
+      out[f"time/{name}_share"] = seconds / total if total > 0 else math.nan
+    return out
+
+
+def _check_phase(name: Any) -> None:
+  if not isinstance(name, str) or not _PHASE_NAME.fullmatch(name):
+    raise ValueError(
+      f"phase name {name!r}: use lowercase letters, digits and '_'."
+    )
+
+
+# (label, metric key, format) of the progress line, in order.
+_PROGRESS_FIELDS = (
+  ("reward", "reward/total_mean", "{:6.3f}"),
+  ("pass A", "reward/pass_a", "{:5.3f}"),
+  ("A&B", "reward/pass_ab", "{:5.3f}"),
+  ("KL", "kl/ref_mean", "{:8.2e}"),
+  ("critic", "loss/critic", "{:8.2e}"),
+  ("clip", "policy/clip_frac", "{:5.3f}"),
+  ("tok/s", "perf/tokens_per_s", "{:7.0f}"),
+  ("sandbox", "time/sandbox_wait_share", "{:4.0%}"),
+)
+
+
+def _format_value(scalars: Mapping[str, Any], key: str, fmt: str) -> str:
+  width = len(fmt.format(0.0))
+  value = scalars.get(key)  # a metric the iteration did not produce is "-"
+  if value is None:
+    return "-".rjust(width)
+  try:
+    value = float(value)
+  except (TypeError, ValueError):
+    return "?".rjust(width)
+  if not math.isfinite(value):
+    return str(value).rjust(width)
+  return fmt.format(value)
+
+
+def format_duration(seconds: float) -> str:
+  """Formats seconds as "45s", "12m05s" or "3h07m"; "-" when not finite."""
+  if not isinstance(seconds, numbers.Real) or not math.isfinite(seconds):
+    return "-"
+  seconds = max(round(seconds), 0)
+  if seconds < 60:
+    return f"{seconds}s"
+  if seconds < 3600:
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def format_progress(
+  iteration: int,
+  num_iterations: int,
+  scalars: Mapping[str, Any],
+  elapsed_s: float,
+  *,
+  start_iteration: int = 0,
+) -> str:
+  """One console line for a finished iteration.
+
+  Args:
+    iteration: 0-based index of the iteration just finished (as in
+      metrics.jsonl); the line shows `iteration + 1` of `num_iterations`.
+    num_iterations: iterations of the whole run.
+    scalars: the iteration's metrics (module docstring); a missing key
+      prints as "-", a non-finite value as "nan"/"inf".
+    elapsed_s: wall seconds since this process started iterating (at
+      `start_iteration`).
+    start_iteration: the first iteration of this process (after a resume),
+      so the ETA uses only iterations timed here.
+
+  Returns:
+    e.g. "it   13/200 | reward  0.412 | pass A 0.500 A&B 0.375 | ...
+    | ETA 12m34s".
+  """
+  done = iteration + 1
+  width = len(str(num_iterations))
+  parts = [f"it {done:>{width}}/{num_iterations}"]
+  pieces = [
+    f"{label} {_format_value(scalars, key, fmt)}"
+    for label, key, fmt in _PROGRESS_FIELDS
+  ]
+  parts += [pieces[0], " ".join(pieces[1:3]), *pieces[3:]]
+  timed = done - start_iteration
+  eta = math.nan
+  if timed > 0 and isinstance(elapsed_s, numbers.Real) and elapsed_s >= 0:
+    eta = elapsed_s / timed * max(num_iterations - done, 0)
+  parts.append(f"elapsed {format_duration(elapsed_s)}")
+  parts.append(f"ETA {format_duration(eta)}")
+  return " | ".join(parts)
+
+
+def format_summary(
+  rows: Sequence[tuple[str, Any, Any]],
+  locations: Mapping[str, str] | None = None,
+) -> str:
+  """The end-of-run table: pass@1 per stage, then where things are.
+
+  Args:
+    rows: (stage, pass@1 on suite A, pass@1 on A-and-B) per line, e.g.
+      [("SFT", 0.25, 0.125), ("PPO final", 0.5, 0.375)]; None prints "-".
+    locations: label -> path lines printed under the table, e.g.
+      {"checkpoint": ".../checkpoints/200", "metrics": ".../metrics.jsonl"}.
+
+  Returns:
+    A plain-text table with fixed column widths (no trailing newline).
+  """
+  header = ("stage", "pass@1 A", "pass@1 A&B")
+  stage_width = max([len(header[0])] + [len(str(row[0])) for row in rows])
+  number_width = max(len(header[1]), len(header[2]))
+
+  def cell(value: Any) -> str:
+    if value is None:
+      return "-".rjust(number_width)
+    value = float(value)
+    if not math.isfinite(value):
+      return str(value).rjust(number_width)
+    return f"{value:{number_width}.3f}"
+
+  lines = [
+    f"{header[0]:<{stage_width}}  {header[1]:>{number_width}}"
+    f"  {header[2]:>{number_width}}",
+    f"{'-' * stage_width}  {'-' * number_width}  {'-' * number_width}",
+  ]
+  for row in rows:
+    if len(row) != 3:
+      raise ValueError(
+        f"summary row {row!r}: expected (stage, pass@1 A, pass@1 A&B)."
+      )
+    stage, pass_a, pass_ab = row
+    lines.append(
+      f"{str(stage):<{stage_width}}  {cell(pass_a)}  {cell(pass_ab)}"
+    )
+  if locations:
+    label_width = max(len(label) for label in locations)
+    lines.append("")
+    lines += [
+      f"{label + ':':<{label_width + 1}} {path}"
+      for label, path in locations.items()
+    ]
+  return "\n".join(lines)
