@@ -118,6 +118,7 @@ class Outcome:
     suite_b_passed: tests of suite B (held out) passed.
     suite_b_total: tests in suite B.
     grade: the judge's full grade (None without a submission).
+    reason: why a submission was not executed ("" otherwise).
   """
 
   status: types.JobStatus
@@ -127,6 +128,7 @@ class Outcome:
   suite_b_passed: int = 0
   suite_b_total: int = 0
   grade: judge.Grade | None = None
+  reason: str = ""
 
   @property
   def suite_a(self) -> float:
@@ -139,9 +141,11 @@ class Outcome:
     return _fraction(self.suite_b_passed, self.suite_b_total)
 
   @classmethod
-  def not_executed(cls) -> Outcome:
-    """The outcome of an episode that ended without a submission."""
-    return cls(status=types.JobStatus.NOT_EXECUTED, executed=False)
+  def not_executed(cls, reason: str = "") -> Outcome:
+    """The outcome of an episode whose submission did not run (or of none)."""
+    return cls(
+      status=types.JobStatus.NOT_EXECUTED, executed=False, reason=reason
+    )
 
   @classmethod
   def from_grade(cls, grade: judge.Grade) -> Outcome:
@@ -289,6 +293,7 @@ class _Pending:
   action: protocol.Action
   job: jobs.Job | None = None
   stop: str | None = None
+  skip: str | None = None
 
 
 class CodeEnv:
@@ -300,6 +305,10 @@ class CodeEnv:
     tokenizer: counts action tokens and encodes prompts and observations.
     config: the budgets.
     judge_config: float tolerance of the judge.
+    pre_submit: called as pre_submit(state, code) before a `<submit>` is
+      executed; a non-empty string it returns is the reason not to execute
+      it (the episode ends with `Outcome.not_executed(reason)`), e.g.
+      `anticheat.pipeline.AntiCheat.pre_submit`.
   """
 
   def __init__(
@@ -310,6 +319,7 @@ class CodeEnv:
     judge_config: judge.JudgeConfig | None = None,
     clock: Callable[[], float] = time.monotonic,
     sandbox_retries: int = 1,
+    pre_submit: Callable[[EpisodeState, str], str | None] | None = None,
   ):
     """Binds the pool, tokenizer and budgets.
 
@@ -320,6 +330,7 @@ class CodeEnv:
       judge_config: float tolerance (None: `judge.JudgeConfig()`).
       clock: seconds, monotonic (tests pass a fake one).
       sandbox_retries: resubmissions of a job that hit a sandbox error.
+      pre_submit: the pre-execution hook (see the class docstring), or None.
     """
     self.pool = pool
     self.tokenizer = tokenizer
@@ -327,6 +338,7 @@ class CodeEnv:
     self.judge_config = judge_config or judge.JudgeConfig()
     self._clock = clock
     self._retries = sandbox_retries
+    self.pre_submit = pre_submit
 
   def reset(self, task: schema.Task) -> EpisodeState:
     """Starts an episode on `task`; the wall-time budget starts now."""
@@ -417,12 +429,15 @@ class CodeEnv:
       stop = STOP_MAX_TOTAL_TOKENS
     elif self._elapsed(state) > cfg.max_wall_s:
       stop = STOP_MAX_WALL_S
-    job = None
+    job, skip = None, None
     if stop is None and isinstance(action, protocol.Run):
       job = self._run_job(state, action.code)
     elif stop is None and isinstance(action, protocol.Submit):
-      job = judge.solution_job(state.task, action.code)
-    return _Pending(state, text, n, action, job, stop)
+      if self.pre_submit is not None:
+        skip = self.pre_submit(state, action.code) or None
+      if skip is None:
+        job = judge.solution_job(state.task, action.code)
+    return _Pending(state, text, n, action, job, stop, skip)
 
   def _run_job(self, state: EpisodeState, code: str) -> jobs.Job:
     """A `<run>`'s job, limited to the wall time left."""
@@ -449,6 +464,8 @@ class CodeEnv:
         )
       elif isinstance(p.action, protocol.Run):
         obs = self._run_observation(state.task, result)
+      elif p.skip is not None:
+        outcome, stop = Outcome.not_executed(p.skip), STOP_SUBMIT
       else:
         grade = judge.grade_result(state.task, result, self.judge_config)
         outcome, stop = Outcome.from_grade(grade), STOP_SUBMIT

@@ -1,0 +1,167 @@
+"""Host-side glue: weights files, the pre-execution hook, rewards of episodes.
+
+  ac = pipeline.AntiCheat.from_config(cfg)          # loads the weights
+  env = code_env.CodeEnv(pool, tok, budgets, pre_submit=ac.pre_submit)
+  rewards = ac.episode_rewards(final_states)        # judge + stage 1 + 2
+
+The stage functions (stage1.py, stage2.py) are pure; this module reads the
+weights JSON, computes features on the host and calls them, jitted once per
+`AntiCheat`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import functools
+import json
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+from codeagent_rl import types
+from codeagent_rl.anticheat import config as config_lib
+from codeagent_rl.anticheat import features as features_lib
+from codeagent_rl.anticheat import stage1 as stage1_lib
+from codeagent_rl.anticheat import stage2 as stage2_lib
+from codeagent_rl.envs import code_env
+from codeagent_rl.envs import protocol
+
+# Reason of an `Outcome` whose submission stage 1 kept from running.
+SKIP_REASON = "not executed: rejected by anti-cheat stage 1"
+
+
+def load_params(path: str | os.PathLike) -> stage1_lib.Stage1Params:
+  """Reads stage-1 weights written by `save_params`.
+
+  Raises:
+    ValueError: naming the file, when it is not valid weights JSON (or the
+      features changed since it was written).
+    OSError: the file cannot be read.
+  """
+  with open(path, encoding="utf-8") as f:
+    try:
+      data = json.load(f)
+    except ValueError as e:
+      raise ValueError(f"{os.fspath(path)}: not valid JSON: {e}.") from None
+  try:
+    return stage1_lib.Stage1Params.from_json(data)
+  except ValueError as e:
+    raise ValueError(f"{os.fspath(path)}: {e}") from None
+
+
+def save_params(
+  path: str | os.PathLike,
+  params: stage1_lib.Stage1Params,
+  metadata: dict[str, Any],
+) -> None:
+  """Writes weights (keyed by feature name) and `metadata` as JSON."""
+  data = {"metadata": metadata, **params.to_json()}
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(data, f, indent=1, sort_keys=False)
+    f.write("\n")
+
+
+def rewards_from_outcomes(
+  outcomes: Sequence[code_env.Outcome],
+) -> types.Rewards:
+  """`code_env.rewards` with suite_b 1 where a task has no suite B.
+
+  A task without held-out tests cannot be gated by stage 2 (as grade.py's
+  summary counts an empty suite B as passed).
+  """
+  rewards = code_env.rewards(outcomes, features_lib.NUM_FLAGS)
+  empty = np.asarray([o.executed and o.suite_b_total == 0 for o in outcomes])
+  if empty.any():
+    suite_b = np.where(empty, 1.0, np.asarray(rewards.suite_b))
+    rewards = rewards.replace(suite_b=suite_b.astype(np.float32))
+  return rewards
+
+
+class AntiCheat:
+  """A config and its classifier; applies both stages on the host's data.
+
+  Attributes:
+    config: the anti-cheat config.
+    params: the stage-1 classifier.
+  """
+
+  def __init__(
+    self, config: config_lib.AntiCheatConfig, params: stage1_lib.Stage1Params
+  ):
+    self.config = config
+    self.params = params
+    self._stages = jax.jit(functools.partial(_both_stages, cfg=config))
+    self._skip = jax.jit(functools.partial(stage1_lib.should_skip, cfg=config))
+
+  @classmethod
+  def from_config(cls, config: config_lib.AntiCheatConfig) -> AntiCheat:
+    """Loads the weights the config names."""
+    return cls(config, load_params(config.weights_path))
+
+  def pre_submit(self, state: code_env.EpisodeState, code: str) -> str | None:
+    """`CodeEnv` hook: the reason to skip executing `code`, or None.
+
+    Args:
+      state: the episode before its `<submit>` turn.
+      code: the submitted code.
+
+    Returns:
+      `SKIP_REASON` when stage 1 rejects the trajectory and the config says
+      rejected code is not executed; else None.
+    """
+    if not self.config.skip_flagged:
+      return None
+    observations = [
+      None if t.observation is None else t.observation.body for t in state.turns
+    ]
+    task = state.task
+    vector = features_lib.extract(
+      code,
+      [*(t.action for t in state.turns), protocol.Submit(code)],
+      [*observations, None],
+      entry_point=task.entry_point if task.kind == "function" else None,
+      visible_tests=task.visible_tests,
+    )
+    skip = bool(self._skip(vector[None], self.params)[0])
+    return SKIP_REASON if skip else None
+
+  def apply(
+    self, rewards: types.Rewards, features_bn: np.ndarray
+  ) -> types.Rewards:
+    """Stage 1 then stage 2 on a batch."""
+    return self._stages(
+      rewards, np.asarray(features_bn, np.float32), self.params
+    )
+
+  def episode_rewards(
+    self, states: Sequence[code_env.EpisodeState]
+  ) -> tuple[types.Rewards, np.ndarray]:
+    """Rewards of finished episodes after both stages.
+
+    Args:
+      states: finished episodes (`done`).
+
+    Returns:
+      (rewards [B], features [B, N]).
+    """
+    for s in states:
+      if not s.done:
+        raise ValueError(
+          f"episode of task {s.task.task_id!r} is not done; anti-cheat"
+          " rewards need finished episodes."
+        )
+    vectors = np.stack([features_lib.from_episode(s) for s in states])
+    rewards = rewards_from_outcomes([s.outcome for s in states])
+    return self.apply(rewards, vectors), vectors
+
+
+def _both_stages(
+  rewards: types.Rewards,
+  features_bn: jax.Array,
+  params: stage1_lib.Stage1Params,
+  cfg: config_lib.AntiCheatConfig,
+) -> types.Rewards:
+  rewards = stage1_lib.stage1(rewards, features_bn, params, cfg)
+  return stage2_lib.stage2(rewards, cfg)
