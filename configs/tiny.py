@@ -1,33 +1,66 @@
-"""Tiny experiment on a 2-core CPU: byte tokenizer, synthetic code tasks.
+r"""Tiny experiment on a 2-core CPU: SFT then PPO on synthetic code tasks.
 
-Sections so far: `rl`, `model`, `mesh`, `optim`; the sandbox and trainer
-sections and the command that runs this config arrive with the trainer
-issue.
+    python -m codeagent_rl.main --config=configs/tiny.py --workdir=/tmp/tiny
 
-Presets: `configs/tiny.py` (default) and `configs/tiny.py:smoke` (the
-smallest settings, used by tests).
+A byte-level model of ~1.7M parameters learns from rendered demonstrations
+(some of them flawed on purpose: a submitted bug, hard-coded visible tests,
+an early exit), then PPO with a critic improves it on pure sandbox rewards
+guarded by both anti-cheat stages. The sandbox is configured by absl flags
+(`--sandbox_backend=gvisor` by default; see `--helpfull`).
+
+Presets (the part after the colon):
+  default          the demo (about 20 minutes on 2 cores)
+  smoke            the smallest settings, used by tests (under 2 minutes)
+  algo=grpo        the default budget with a critic-free estimator; also
+  algo=rloo,       "algo=dr_grpo"; combine with a preset: "smoke,algo=grpo"
+  seed=N           another seed, e.g. "seed=1" or "smoke,seed=1"
+
+Single fields: `--config.ppo.iterations=10`, `--config.rl.kl.coef=0.05`.
 """
 
 import ml_collections
 
 from configs import common
 
+ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo")
+
+
+def _parse(arg: str | None) -> tuple[str, str, int]:
+  """Splits e.g. "smoke,algo=grpo,seed=1" into ("smoke", "grpo", 1)."""
+  preset, algo, seed = "default", "gae", 0
+  for part in (arg or "").split(","):
+    part = part.strip()
+    if not part:
+      continue
+    if part in ("default", "smoke"):
+      preset = part
+    elif part.startswith("algo=") and part[5:] in ESTIMATORS:
+      algo = part[5:]
+    elif part.startswith("seed=") and part[5:].isdigit():
+      seed = int(part[5:])
+    else:
+      raise ValueError(
+        f"configs/tiny.py: unknown preset {part!r}; expected 'default',"
+        f" 'smoke', 'algo=' one of {ESTIMATORS}, or 'seed=N'."
+      )
+  return preset, algo, seed
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """Returns the tiny config; `arg` selects a preset ("smoke")."""
-  preset = arg or "default"
-  if preset not in ("default", "smoke"):
-    raise ValueError(
-      f"configs/tiny.py: unknown preset {preset!r}; expected 'default' or"
-      " 'smoke'."
-    )
+  """Returns the tiny config; `arg` selects presets (module docstring)."""
+  preset, algo, seed = _parse(arg)
+  smoke = preset == "smoke"
   config = ml_collections.ConfigDict()
   # Name of the preset, recorded in logs.
-  config.preset = preset
+  config.preset = arg or "default"
   # Seed of parameters, data order and sampling.
-  config.seed = 0
+  config.seed = seed
   # Advantage estimation, PPO losses and KL; defaults in configs/common.py.
   config.rl = common.get_rl_config()
+  config.rl.advantage.estimator = algo
+  # A tiny model drifts fast; 0.05 keeps it near the SFT model's format
+  # (InstructGPT's 0.02 is for 1B+ models). Not yet tuned.
+  config.rl.kl.coef = 0.05
   # Decoder-only transformer (codeagent_rl/models/transformer.py).
   config.model = get_model_config(preset)
   # Device mesh and logical-axis rules; defaults in configs/common.py.
@@ -40,6 +73,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.optim.actor_lr = 1e-4
   # Checkpoints: how many to keep, how often; defaults in configs/common.py.
   config.checkpoint = common.get_checkpoint_config()
+  # Save every 5 iterations (and on SIGTERM and at the end).
+  config.checkpoint.save_every = 1 if smoke else 5
+  # Episode budgets (codeagent_rl/envs/code_env.py).
+  config.env = get_env_config(preset)
+  # Synthetic tasks and demonstrations (codeagent_rl/tasks/synthetic.py).
+  config.data = get_data_config(preset)
+  # Sampling of training rollouts.
+  config.sampling = ml_collections.ConfigDict()
+  # Temperature 1: the PPO ratio then uses the model's own distribution.
+  config.sampling.temperature = 1.0
+  # No top-k / top-p truncation (it would bias the importance ratio).
+  config.sampling.top_k = 0
+  config.sampling.top_p = 1.0
+  # Supervised fine-tuning on the demonstrations.
+  config.sft = get_sft_config(preset)
+  # The PPO learner loop.
+  config.ppo = get_ppo_config(preset)
+  # Held-out evaluation: greedy and one sample per task.
+  config.eval = ml_collections.ConfigDict()
+  config.eval.greedy = True
+  config.eval.sampled = True
+  # Both anti-cheat stages; defaults in configs/common.py.
+  config.anticheat = common.get_anticheat_config()
+  # Reward-hacking alarms over the metrics; defaults in configs/common.py.
+  config.monitors = common.get_monitor_config()
   config.lock()
   return config
 
@@ -79,3 +137,81 @@ def get_model_config(preset: str) -> ml_collections.ConfigDict:
   # Weight init stddev; 0.02 as GPT-2 / Llama.
   model.init_std = 0.02
   return model
+
+
+def get_env_config(preset: str) -> ml_collections.ConfigDict:
+  """Episode budgets: up to 3 turns (run, fix, submit) of short code."""
+  env = ml_collections.ConfigDict()
+  # Turns per episode (format errors count).
+  env.max_turns = 3
+  # Tokens (bytes) of one action; the longest reference solution of levels
+  # 1-2 is ~250 bytes plus tags.
+  env.max_tokens_per_turn = 256 if preset == "default" else 192
+  # Tokens of the whole trajectory: prompt (~200), actions, observations.
+  env.max_total_tokens = 1024 if preset == "default" else 768
+  # Wall-clock seconds per episode; generous, the budget is in tokens.
+  env.max_wall_s = 300.0
+  # Bytes of one observation (test lines and the first error line).
+  env.obs_max_bytes = 192
+  return env
+
+
+def get_data_config(preset: str) -> ml_collections.ConfigDict:
+  """Synthetic tasks: levels 1-2; a share of deliberately flawed demos."""
+  data = ml_collections.ConfigDict()
+  # Train-split tasks (demonstrations and PPO prompts).
+  data.num_train_tasks = 1500 if preset == "default" else 48
+  # Held-out test-split tasks (parameters never seen in training).
+  data.num_eval_tasks = 96 if preset == "default" else 8
+  # Relative weights of levels 1, 2, 3: level 3 is beyond a 2M model.
+  data.difficulty_weights = (0.7, 0.3, 0.0)
+  # Families to draw from; empty: all 25.
+  data.families = ()
+  # Probability that a task gets each demonstration kind; the flawed kinds
+  # (wrong_final, hardcoded, early_exit) leave SFT something for RL to fix.
+  data.single_turn = 0.8
+  data.multi_turn = 0.3
+  data.wrong_final = 0.3
+  data.hardcoded = 0.1
+  data.early_exit = 0.1
+  return data
+
+
+def get_sft_config(preset: str) -> ml_collections.ConfigDict:
+  """SFT: a few minutes on 2 cores for the default preset."""
+  sft = ml_collections.ConfigDict()
+  # Optimiser steps.
+  sft.steps = 1200 if preset == "default" else 20
+  # Demonstrations per step.
+  sft.batch_size = 32 if preset == "default" else 8
+  # Peak rate: a from-scratch tiny model takes large steps.
+  sft.learning_rate = 2e-3
+  # Linear warmup steps.
+  sft.warmup_steps = 100 if preset == "default" else 2
+  # Steps between log lines.
+  sft.log_every = 100 if preset == "default" else 10
+  return sft
+
+
+def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
+  """PPO: 32 rollouts per iteration (8 tasks x 4 samples)."""
+  ppo = ml_collections.ConfigDict()
+  # Rollout + update rounds.
+  ppo.iterations = 30 if preset == "default" else 2
+  # Distinct tasks per iteration.
+  ppo.prompts_per_iteration = 8 if preset == "default" else 2
+  # Samples per task (the group of GRPO / RLOO: same budget for all).
+  ppo.samples_per_prompt = 4
+  # Passes over an iteration's rollouts.
+  ppo.epochs = 2 if preset == "default" else 1
+  # Optimiser steps per epoch.
+  ppo.minibatches = 2
+  # Rows per forward/backward (gradients accumulate over a minibatch).
+  ppo.micro_batch_size = 8 if preset == "default" else 2
+  # Iterations that train only the critic first (value head from zero).
+  ppo.critic_warmup_iterations = 2 if preset == "default" else 0
+  # Trajectories are padded to a multiple of this many tokens.
+  ppo.length_bucket = 128
+  # Iterations between held-out evaluations (the last always runs).
+  ppo.eval_every = 10 if preset == "default" else 2
+  return ppo

@@ -45,12 +45,15 @@ class SamplerConfig:
       (1.0: no limit).
     max_new_tokens: the most tokens one `decode` call may produce per row (a
       static bound; per-row budgets may be smaller).
+    vocab_limit: sample only ids below this (the tokenizer's vocabulary when
+      the model's is padded, e.g. 272 of 384); 0: every id.
   """
 
   temperature: float
   top_k: int
   top_p: float
   max_new_tokens: int
+  vocab_limit: int = 0
 
   def __post_init__(self):
     if self.temperature < 0:
@@ -63,6 +66,8 @@ class SamplerConfig:
       raise ValueError(
         f"sampler.max_new_tokens={self.max_new_tokens}: must be > 0."
       )
+    if self.vocab_limit < 0:
+      raise ValueError(f"sampler.vocab_limit={self.vocab_limit}: must be >= 0.")
 
 
 @struct.dataclass
@@ -168,6 +173,18 @@ def _filter_logits(logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
   return logits
 
 
+def limit_vocab(logits: jax.Array, vocab_limit: int) -> jax.Array:
+  """Logits with ids >= `vocab_limit` (padding of the vocabulary) removed.
+
+  The learner applies the same mask when it recomputes log-probs, so the
+  PPO ratio compares the distribution that actually sampled.
+  """
+  if not vocab_limit or vocab_limit >= logits.shape[-1]:
+    return logits
+  ids = jnp.arange(logits.shape[-1])
+  return jnp.where(ids < vocab_limit, logits, _NEG_INF)
+
+
 def sample_token(
   logits: jax.Array, rng: jax.Array, cfg: SamplerConfig
 ) -> tuple[jax.Array, jax.Array]:
@@ -177,6 +194,7 @@ def sample_token(
     ([B] int32 tokens, [B] float32 log-probs under the temperature-scaled
     distribution before truncation).
   """
+  logits = limit_vocab(logits, cfg.vocab_limit)
   if cfg.temperature == 0.0:
     scaled = logits
     tokens = jnp.argmax(logits, axis=-1)

@@ -292,3 +292,73 @@ def create_train_states(
   )
   rng = jax.device_put(rng, sharding.replicated(mesh))
   return jax.jit(init, out_shardings=shardings)(rng)
+
+
+def _states_from_actor(
+  actor_params: Any,
+  rng: jax.Array,
+  *,
+  critic: nn.Module,
+  actor_tx: optax.GradientTransformation,
+  critic_tx: optax.GradientTransformation,
+  critic_init: str,
+) -> tuple[TrainState, TrainState]:
+  critic_params = sharding.unbox(_init_boxed_params(critic, rng))
+  if critic_init == "actor":
+    critic_params = transformer.init_critic_from_actor(
+      critic_params, actor_params
+    )
+  # A copy: the states are donated to the train step, the SFT params (the
+  # KL reference) must survive it.
+  actor_params = jax.tree.map(jnp.copy, actor_params)
+  return (
+    TrainState.create(actor_params, actor_tx),
+    TrainState.create(critic_params, critic_tx),
+  )
+
+
+def states_from_actor_params(
+  actor_params: Any,
+  model_cfg: transformer.TransformerConfig,
+  optim_cfg: OptimConfig,
+  mesh: jax.sharding.Mesh,
+  rules: mesh_lib.Rules,
+  rng: jax.Array,
+  critic_init: str,
+) -> tuple[TrainState, TrainState]:
+  """Fresh actor and critic states whose actor starts at `actor_params`.
+
+  The PPO starting point: the actor is a copy of the SFT params (which stay
+  valid, as the KL reference), with a fresh optimiser state; the critic is
+  initialised as `critic_init` says ("actor": the SFT trunk and a zero
+  value head), directly in its shards.
+
+  Args:
+    actor_params: the actor's `params` collection (e.g. after SFT).
+    model_cfg: the model both states are built for.
+    optim_cfg: learning rates and AdamW settings.
+    mesh: the device mesh.
+    rules: validated logical-to-mesh rules.
+    rng: PRNG key of the critic's initialisation.
+    critic_init: "random" or "actor".
+
+  Returns:
+    (actor state, critic state), sharded as `train_state_shardings` says.
+  """
+  if critic_init not in transformer.CRITIC_INITS:
+    raise ValueError(
+      f"critic_init={critic_init!r}: expected one of"
+      f" {transformer.CRITIC_INITS}."
+    )
+  _, critic = _models(model_cfg)
+  actor_tx, critic_tx = make_optimizers(optim_cfg)
+  shardings = train_state_shardings(model_cfg, optim_cfg, mesh, rules)
+  init = functools.partial(
+    _states_from_actor,
+    critic=critic,
+    actor_tx=actor_tx,
+    critic_tx=critic_tx,
+    critic_init=critic_init,
+  )
+  rng = jax.device_put(rng, sharding.replicated(mesh))
+  return jax.jit(init, out_shardings=shardings)(actor_params, rng)

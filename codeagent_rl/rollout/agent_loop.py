@@ -70,9 +70,18 @@ class Policy(Protocol):
     """Drops the batch's conversations (e.g. the KV cache)."""
 
 
+# Prefill chunks are padded to a multiple of this many tokens, so the
+# sampler's `extend` compiles for a handful of widths, not one per length.
+PREFILL_BUCKET = 32
+
+
+def _bucket(n: int) -> int:
+  return max(1, -(-n // PREFILL_BUCKET)) * PREFILL_BUCKET
+
+
 def _pad_rows(rows: Sequence[Sequence[int]], pad_id: int):
-  """Right-pads token rows into ([B, C] int32, [B, C] bool)."""
-  width = max(1, max((len(r) for r in rows), default=0))
+  """Right-pads token rows into ([B, C] int32, [B, C] bool), C bucketed."""
+  width = _bucket(max((len(r) for r in rows), default=0))
   tokens = np.full((len(rows), width), pad_id, np.int32)
   valid = np.zeros((len(rows), width), bool)
   for i, row in enumerate(rows):
@@ -149,10 +158,12 @@ def cache_len_for(
 
   Each turn uses at most `max_tokens_per_turn` slots for the action and, for
   the observation chunk, `obs_max_bytes` plus its two tags (a token is at
-  least one byte).
+  least one byte), rounded up to the prefill bucket like the prompt.
   """
-  per_turn = env_config.max_tokens_per_turn + env_config.obs_max_bytes + 2
-  return max_prompt_tokens + env_config.max_turns * per_turn
+  per_turn = env_config.max_tokens_per_turn + _bucket(
+    env_config.obs_max_bytes + 2
+  )
+  return _bucket(max_prompt_tokens) + env_config.max_turns * per_turn
 
 
 @dataclasses.dataclass

@@ -1,0 +1,243 @@
+"""The trainer's config sections as frozen, self-validating dataclasses.
+
+Defaults live in the experiment configs (`configs/tiny.py`, built on
+`configs/common.py`); this module only converts and checks. A wrong value
+raises `ValueError` naming the field (`config.ppo.epochs=0: ...`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from codeagent_rl import config_utils
+from codeagent_rl.tasks import synthetic
+
+
+def _int_at_least(section: str, obj: Any, names: tuple[str, ...], low: int):
+  for name in names:
+    value = getattr(obj, name)
+    if type(value) is not int or value < low:
+      raise ValueError(
+        f"config.{section}.{name}={value!r}: must be an integer >= {low}."
+      )
+
+
+def _positive_float(section: str, obj: Any, names: tuple[str, ...]):
+  for name in names:
+    value = getattr(obj, name)
+    if type(value) not in (int, float) or not 0 < value < math.inf:
+      raise ValueError(
+        f"config.{section}.{name}={value!r}: must be a finite number > 0."
+      )
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Validated `config.data`: the synthetic task sets (tasks/synthetic.py).
+
+  Attributes:
+    num_train_tasks: tasks of the train split (SFT demonstrations and PPO
+      prompts).
+    num_eval_tasks: held-out tasks of the test split (disjoint parameters).
+    difficulty_weights: relative weights of levels 1, 2, 3.
+    families: family names to draw from; empty means all.
+    single_turn: probability of a `single_turn` demonstration per task.
+    multi_turn: probability of a `multi_turn` demonstration.
+    wrong_final: probability of a flawed `wrong_final` demonstration.
+    hardcoded: probability of a flawed `hardcoded` demonstration.
+    early_exit: probability of a flawed `early_exit` demonstration.
+  """
+
+  num_train_tasks: int
+  num_eval_tasks: int
+  difficulty_weights: tuple[float, ...]
+  families: tuple[str, ...]
+  single_turn: float
+  multi_turn: float
+  wrong_final: float
+  hardcoded: float
+  early_exit: float
+
+  def __post_init__(self):
+    _int_at_least("data", self, ("num_train_tasks", "num_eval_tasks"), low=1)
+    object.__setattr__(self, "families", tuple(self.families))
+    object.__setattr__(
+      self, "difficulty_weights", tuple(self.difficulty_weights)
+    )
+    try:  # the generator's own checks, reported under config.data
+      self.synthetic("train", 0)
+    except ValueError as e:
+      raise ValueError(
+        f"config.data: {str(e).replace('SyntheticConfig.', '')}"
+      ) from e
+
+  def synthetic(self, split: str, seed: int) -> synthetic.SyntheticConfig:
+    """The generator config of `split` ("train" | "test")."""
+    return synthetic.SyntheticConfig(
+      num_tasks=self.num_train_tasks
+      if split == "train"
+      else self.num_eval_tasks,
+      seed=seed,
+      split=split,
+      difficulty_weights=self.difficulty_weights,
+      families=self.families,
+      single_turn=self.single_turn,
+      multi_turn=self.multi_turn,
+      wrong_final=self.wrong_final,
+      hardcoded=self.hardcoded,
+      early_exit=self.early_exit,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """Validated `config.sampling`: how rollouts sample the policy.
+
+  Attributes:
+    temperature: softmax temperature of training rollouts (> 0); log-probs
+      for the PPO ratio and the KL use the same temperature.
+    top_k: keep the k most likely tokens (0: no limit).
+    top_p: nucleus mass (1.0: no limit).
+  """
+
+  temperature: float
+  top_k: int
+  top_p: float
+
+  def __post_init__(self):
+    _positive_float("sampling", self, ("temperature",))
+    _int_at_least("sampling", self, ("top_k",), low=0)
+    if type(self.top_p) not in (int, float) or not 0 < self.top_p <= 1:
+      raise ValueError(
+        f"config.sampling.top_p={self.top_p!r}: must be in (0, 1]."
+      )
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  """Validated `config.sft`: supervised training on demonstrations.
+
+  The optimiser is `config.optim`'s AdamW with this section's rate.
+
+  Attributes:
+    steps: optimiser steps (0 skips SFT: PPO starts from the init).
+    batch_size: demonstrations per step.
+    learning_rate: peak learning rate.
+    warmup_steps: linear warmup steps.
+    log_every: steps between progress lines / metrics.
+  """
+
+  steps: int
+  batch_size: int
+  learning_rate: float
+  warmup_steps: int
+  log_every: int
+
+  def __post_init__(self):
+    _int_at_least("sft", self, ("steps", "warmup_steps"), low=0)
+    _int_at_least("sft", self, ("batch_size", "log_every"), low=1)
+    _positive_float("sft", self, ("learning_rate",))
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+  """Validated `config.ppo`: the learner loop.
+
+  Attributes:
+    iterations: rollout + update rounds.
+    prompts_per_iteration: distinct tasks per iteration.
+    samples_per_prompt: rollouts per task (the group of GRPO/RLOO).
+    epochs: passes over one iteration's rollouts.
+    minibatches: optimiser steps per epoch (rollouts split evenly).
+    micro_batch_size: rows per forward/backward; gradients of a minibatch
+      are accumulated over its micro-batches (exactly: one normaliser).
+    critic_warmup_iterations: first iterations that train only the critic
+      (the actor is frozen while the value head learns the returns).
+    length_bucket: trajectories are padded to a multiple of this (at most
+      `env.max_total_tokens`), so few shapes compile and short batches stay
+      cheap.
+    eval_every: iterations between evaluations (the last one always runs).
+  """
+
+  iterations: int
+  prompts_per_iteration: int
+  samples_per_prompt: int
+  epochs: int
+  minibatches: int
+  micro_batch_size: int
+  critic_warmup_iterations: int
+  length_bucket: int
+  eval_every: int
+
+  def __post_init__(self):
+    _int_at_least("ppo", self, ("critic_warmup_iterations",), low=0)
+    _int_at_least(
+      "ppo",
+      self,
+      (
+        "iterations",
+        "prompts_per_iteration",
+        "samples_per_prompt",
+        "epochs",
+        "minibatches",
+        "micro_batch_size",
+        "length_bucket",
+        "eval_every",
+      ),
+      low=1,
+    )
+    rows = self.rollouts_per_iteration
+    if rows % self.minibatches:
+      raise ValueError(
+        f"config.ppo.minibatches={self.minibatches}: must divide the"
+        f" {rows} rollouts per iteration (prompts_per_iteration x"
+        " samples_per_prompt)."
+      )
+    if (rows // self.minibatches) % self.micro_batch_size:
+      raise ValueError(
+        f"config.ppo.micro_batch_size={self.micro_batch_size}: must divide"
+        f" the minibatch of {rows // self.minibatches} rollouts."
+      )
+
+  @property
+  def rollouts_per_iteration(self) -> int:
+    """prompts_per_iteration x samples_per_prompt."""
+    return self.prompts_per_iteration * self.samples_per_prompt
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """Validated `config.eval`: pass@1 on the held-out tasks.
+
+  Attributes:
+    greedy: evaluate greedy decoding (temperature 0).
+    sampled: also evaluate one sample per task at `config.sampling`.
+  """
+
+  greedy: bool
+  sampled: bool
+
+  def __post_init__(self):
+    for name in ("greedy", "sampled"):
+      if type(getattr(self, name)) is not bool:
+        raise ValueError(
+          f"config.eval.{name}={getattr(self, name)!r}: must be a bool."
+        )
+    if not (self.greedy or self.sampled):
+      raise ValueError(
+        "config.eval: greedy and sampled are both False; enable one."
+      )
+
+  @property
+  def modes(self) -> tuple[str, ...]:
+    """The enabled modes, "greedy" first."""
+    return tuple(m for m in ("greedy", "sampled") if getattr(self, m))
+
+
+def section(cls, config: Any, name: str):
+  """`cls` built from `config[name]`, naming a missing section."""
+  if name not in config:
+    raise ValueError(f"config has no section {name!r}.")
+  return config_utils.from_section(cls, config[name], name)

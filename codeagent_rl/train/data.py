@@ -1,0 +1,173 @@
+"""Task sets and SFT demonstrations for the trainer (host side).
+
+The train and held-out task sets are generated deterministically from the
+config (`tasks/synthetic.py`), so a resumed run sees the same tasks. The
+demonstration plans are rendered into token trajectories by the real
+environment (`rollout/demos.render`: every `<run>` observation is what the
+sandbox said) and cached in the workdir as `sft_data.npz`, with a
+fingerprint of everything they depend on; a stale or damaged cache is
+rebuilt, never trusted.
+
+PPO prompts are drawn by `iteration_tasks`: a pure function of the seed and
+the iteration, so data order survives a restart without saving a cursor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+
+from absl import logging
+import numpy as np
+
+from codeagent_rl.envs import code_env
+from codeagent_rl.rollout import demos
+from codeagent_rl.tasks import schema
+from codeagent_rl.tasks import synthetic
+from codeagent_rl.train import config as train_config
+
+SFT_CACHE = "sft_data.npz"
+# Demonstrations rendered per environment batch.
+_RENDER_CHUNK = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSets:
+  """The experiment's tasks.
+
+  Attributes:
+    train: train-split tasks (PPO prompts).
+    eval: held-out test-split tasks (disjoint parameters).
+    plans: demonstration plans of the train tasks.
+  """
+
+  train: tuple[schema.Task, ...]
+  eval: tuple[schema.Task, ...]
+  plans: tuple[synthetic.DemoPlan, ...]
+
+
+def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
+  """Generates the train tasks with their plans and the held-out tasks."""
+  train, plans = synthetic.generate(data.synthetic("train", seed))
+  held_out, _ = synthetic.generate(data.synthetic("test", seed))
+  return TaskSets(tuple(train), tuple(held_out), tuple(plans))
+
+
+def iteration_tasks(
+  tasks: Sequence[schema.Task],
+  seed: int,
+  iteration: int,
+  num_prompts: int,
+  samples_per_prompt: int,
+) -> tuple[list[schema.Task], list[int]]:
+  """The rollouts of one PPO iteration: (tasks, group ids), grouped.
+
+  Prompts are drawn without replacement within an iteration (with
+  replacement across iterations), from a generator seeded by (seed,
+  iteration) only.
+  """
+  rng = np.random.default_rng([seed, iteration, 0x5EED])
+  picks = rng.choice(len(tasks), size=num_prompts, replace=False)
+  rows, groups = [], []
+  for g, index in enumerate(picks.tolist()):
+    rows += [tasks[index]] * samples_per_prompt
+    groups += [g] * samples_per_prompt
+  return rows, groups
+
+
+def _fingerprint(
+  plans: Sequence[synthetic.DemoPlan], env: code_env.CodeEnv
+) -> str:
+  """Hash of the plans, the env budgets and the tokenizer's vocabulary."""
+  h = hashlib.sha256()
+  h.update(json.dumps(dataclasses.asdict(env.config), sort_keys=True).encode())
+  h.update(
+    f"{type(env.tokenizer).__name__}:{env.tokenizer.vocab_size}".encode()
+  )
+  for plan in plans:
+    h.update(json.dumps([plan.task_id, plan.kind, plan.actions]).encode())
+  return h.hexdigest()
+
+
+def _load_cache(path: pathlib.Path, fingerprint: str) -> dict | None:
+  if not path.exists():
+    return None
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      if str(f["fingerprint"]) != fingerprint:
+        logging.info("%s is stale (other config); rebuilding it.", path)
+        return None
+      return {k: f[k] for k in ("tokens", "valid", "trainable", "kinds")}
+  except (OSError, KeyError, ValueError) as e:
+    logging.warning("%s is unreadable (%s); rebuilding it.", path, e)
+    return None
+
+
+def sft_arrays(
+  env: code_env.CodeEnv,
+  task_sets: TaskSets,
+  workdir: str | os.PathLike[str],
+) -> dict[str, np.ndarray]:
+  """Rendered demonstrations: tokens, valid, trainable [N, T] and kinds [N].
+
+  Plans that a budget cut before their `<submit>` are dropped (their last
+  action would teach the model to stop mid-code); how many is logged.
+
+  Raises:
+    ValueError: no plan fits the environment's budgets.
+  """
+  path = pathlib.Path(workdir) / SFT_CACHE
+  fingerprint = _fingerprint(task_sets.plans, env)
+  cached = _load_cache(path, fingerprint)
+  if cached is not None:
+    return cached
+  by_id = {t.task_id: t for t in task_sets.train}
+  tokens, valid, trainable, kinds = [], [], [], []
+  dropped = 0
+  plans = task_sets.plans
+  for start in range(0, len(plans), _RENDER_CHUNK):
+    chunk = plans[start : start + _RENDER_CHUNK]
+    rollout = demos.render(
+      env, [by_id[p.task_id] for p in chunk], [p.actions for p in chunk]
+    )
+    batch = rollout.batch
+    for i, (plan, episode) in enumerate(
+      zip(chunk, rollout.episodes, strict=True)
+    ):
+      if episode.stop_reason != code_env.STOP_SUBMIT:
+        dropped += 1
+        continue
+      tokens.append(np.asarray(batch.tokens[i]))
+      valid.append(np.asarray(batch.valid[i]))
+      trainable.append(np.asarray(batch.trainable[i]))
+      kinds.append(plan.kind)
+  if not tokens:
+    raise ValueError(
+      f"none of the {len(plans)} demonstrations fits the env budgets"
+      f" ({env.config}); raise env.max_total_tokens or max_tokens_per_turn."
+    )
+  logging.info(
+    "rendered %d demonstrations (%d cut by a budget and dropped)",
+    len(tokens),
+    dropped,
+  )
+  arrays = {
+    "tokens": np.stack(tokens).astype(np.int32),
+    "valid": np.stack(valid),
+    "trainable": np.stack(trainable),
+    "kinds": np.asarray(kinds),
+  }
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_suffix(".tmp.npz")
+  np.savez(tmp, fingerprint=np.asarray(fingerprint), **arrays)
+  os.replace(tmp, path)
+  return arrays
+
+
+def bucket_width(length: int, bucket: int, max_width: int) -> int:
+  """`length` rounded up to a multiple of `bucket`, at most `max_width`."""
+  return min(max_width, max(bucket, -(-length // bucket) * bucket))

@@ -1,0 +1,153 @@
+"""pass@1 of the actor on held-out tasks, through the sandbox.
+
+One episode per task and mode: `greedy` (temperature 0) and `sampled` (the
+training sampling settings). The episode is the same multi-turn agent loop
+as training, graded by the same judge; pass@1 on suite A counts episodes
+whose submission passed every hidden test, on A-and-B those that also
+passed every held-out test (what stage 2 requires).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from codeagent_rl.envs import code_env
+from codeagent_rl.models import sampler as sampler_lib
+from codeagent_rl.models import transformer
+from codeagent_rl.rollout import agent_loop
+from codeagent_rl.tasks import schema
+from codeagent_rl.train import experiment as exp_lib
+
+
+def make_sampler(
+  exp: exp_lib.Experiment, temperature: float
+) -> sampler_lib.Sampler:
+  """A sampler of the actor for one turn of `env.max_tokens_per_turn`."""
+  sampling = exp.sampling
+  cfg = sampler_lib.SamplerConfig(
+    temperature=temperature,
+    top_k=sampling.top_k if temperature else 0,
+    top_p=sampling.top_p if temperature else 1.0,
+    max_new_tokens=exp.env.max_tokens_per_turn,
+    vocab_limit=exp.tokenizer().vocab_size,
+  )
+  return sampler_lib.Sampler(
+    transformer.Actor(exp.model),
+    exp.model,
+    cfg,
+    pad_id=exp.tokenizer().pad_id,
+  )
+
+
+def episode_scalars(
+  rollout: agent_loop.Rollout, total: np.ndarray | None = None
+) -> dict[str, float]:
+  """Pass rates and lengths of a rollout's episodes.
+
+  Args:
+    rollout: finished episodes.
+    total: [B] rewards after anti-cheat (defaults to the raw `rewards.total`).
+
+  Returns:
+    "pass_a", "pass_ab" (shares of episodes passing every test of suite A /
+    of suites A and B), "suite_a", "suite_b" (mean pass fractions),
+    "turns_mean", "tokens_mean" and "truncated" (share cut by a budget).
+  """
+  outcomes = [e.outcome for e in rollout.episodes]
+  pass_a = np.asarray([_passed_a(o) for o in outcomes], np.float32)
+  pass_ab = np.asarray(
+    [_passed_a(o) and _passed_b(o) for o in outcomes], np.float32
+  )
+  turns = np.asarray([len(e.turns) for e in rollout.episodes], np.float32)
+  tokens = np.asarray(rollout.batch.length, np.float32)
+  scalars = {
+    "pass_a": float(pass_a.mean()),
+    "pass_ab": float(pass_ab.mean()),
+    "suite_a": float(np.mean([o.suite_a for o in outcomes])),
+    "suite_b": float(np.mean([o.suite_b for o in outcomes])),
+    "turns_mean": float(turns.mean()),
+    "tokens_mean": float(tokens.mean()),
+    "truncated": float(np.mean(np.asarray(rollout.batch.truncated))),
+  }
+  if total is not None:
+    scalars["total_mean"] = float(np.mean(total))
+  return scalars
+
+
+def _passed_a(outcome: code_env.Outcome) -> bool:
+  return outcome.suite_a_total > 0 and (
+    outcome.suite_a_passed == outcome.suite_a_total
+  )
+
+
+def _passed_b(outcome: code_env.Outcome) -> bool:
+  return outcome.suite_b_total > 0 and (
+    outcome.suite_b_passed == outcome.suite_b_total
+  )
+
+
+class Evaluator:
+  """pass@1 on a fixed task list, one episode per task and mode."""
+
+  def __init__(
+    self,
+    exp: exp_lib.Experiment,
+    env: code_env.CodeEnv,
+    tasks: Sequence[schema.Task],
+    *,
+    batch_size: int,
+  ):
+    """Builds one jitted sampler per mode.
+
+    Args:
+      exp: the experiment (modes in `exp.eval`).
+      env: the environment (and its sandbox pool).
+      tasks: held-out tasks.
+      batch_size: episodes run together.
+    """
+    self._exp = exp
+    self._env = env
+    self._tasks = list(tasks)
+    self._batch_size = batch_size
+    temperature = {"greedy": 0.0, "sampled": exp.sampling.temperature}
+    self._samplers = {
+      mode: make_sampler(exp, temperature[mode]) for mode in exp.eval.modes
+    }
+    longest = max(len(env.reset(t).prompt_ids) for t in self._tasks)
+    self._cache_len = agent_loop.cache_len_for(env.config, longest)
+
+  def __call__(self, params: Any, rng: jax.Array) -> dict[str, float]:
+    """{"eval/<mode>/pass_a": ..., "eval/<mode>/pass_ab": ..., ...}."""
+    out = {}
+    for k, (mode, sampler) in enumerate(self._samplers.items()):
+      rollouts = []
+      for start in range(0, len(self._tasks), self._batch_size):
+        chunk = self._tasks[start : start + self._batch_size]
+        policy = agent_loop.SamplerPolicy(
+          sampler, {"params": params}, self._env.tokenizer, self._cache_len
+        )
+        rollouts.append(
+          agent_loop.collect(
+            self._env,
+            policy,
+            chunk,
+            list(range(len(chunk))),
+            jax.random.fold_in(rng, k * 100_003 + start),
+          )
+        )
+      scalars = _merge([episode_scalars(r) for r in rollouts], rollouts)
+      out.update({f"eval/{mode}/{name}": v for name, v in scalars.items()})
+    return out
+
+
+def _merge(parts: list[dict[str, float]], rollouts) -> dict[str, float]:
+  """Episode-weighted means of per-chunk scalars."""
+  weights = np.asarray([len(r.episodes) for r in rollouts], np.float64)
+  return {
+    name: float(np.average([p[name] for p in parts], weights=weights))
+    for name in parts[0]
+  }

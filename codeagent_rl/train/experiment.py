@@ -1,0 +1,117 @@
+"""One validated experiment: every config section, the tokenizer and the mesh.
+
+`Experiment.from_config(config)` is where a ConfigDict becomes frozen
+dataclasses; every later module reads fields of those, never the dict. A bad
+value stops here with a message naming `config.<section>.<field>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import ml_collections
+
+from codeagent_rl.anticheat import config as anticheat_config
+from codeagent_rl.anticheat import monitors
+from codeagent_rl.envs import code_env
+from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.models import transformer
+from codeagent_rl.parallel import checkpoint
+from codeagent_rl.parallel import mesh as mesh_lib
+from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.rl import config as rl_config
+from codeagent_rl.train import config as train_config
+
+# Sections of a trainer config and the dataclass that validates each.
+_SECTIONS = {
+  "model": transformer.TransformerConfig,
+  "mesh": mesh_lib.MeshConfig,
+  "optim": state_lib.OptimConfig,
+  "checkpoint": checkpoint.CheckpointConfig,
+  "env": code_env.EnvConfig,
+  "data": train_config.DataConfig,
+  "sampling": train_config.SamplingConfig,
+  "sft": train_config.SFTConfig,
+  "ppo": train_config.PPOConfig,
+  "eval": train_config.EvalConfig,
+  "anticheat": anticheat_config.AntiCheatConfig,
+  "monitors": monitors.MonitorConfig,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """Validated sections of a trainer config (see `configs/tiny.py`)."""
+
+  preset: str
+  seed: int
+  rl: rl_config.RLConfig
+  model: transformer.TransformerConfig
+  mesh: mesh_lib.MeshConfig
+  optim: state_lib.OptimConfig
+  checkpoint: checkpoint.CheckpointConfig
+  env: code_env.EnvConfig
+  data: train_config.DataConfig
+  sampling: train_config.SamplingConfig
+  sft: train_config.SFTConfig
+  ppo: train_config.PPOConfig
+  eval: train_config.EvalConfig
+  anticheat: anticheat_config.AntiCheatConfig
+  monitors: monitors.MonitorConfig
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> Experiment:
+    """Validates every section; raises ValueError naming the bad field."""
+    expected = set(_SECTIONS) | {"preset", "seed", "rl"}
+    unknown = sorted(set(config) - expected)
+    missing = sorted(expected - set(config))
+    if unknown or missing:
+      raise ValueError(
+        f"config: unknown sections {unknown}, missing sections {missing}."
+      )
+    seed = config.seed
+    if type(seed) is not int or seed < 0:
+      raise ValueError(f"config.seed={seed!r}: must be an integer >= 0.")
+    sections = {
+      name: cls_.from_config(config[name])
+      if hasattr(cls_, "from_config")
+      else train_config.section(cls_, config, name)
+      for name, cls_ in _SECTIONS.items()
+    }
+    exp = cls(
+      preset=str(config.preset),
+      seed=seed,
+      rl=rl_config.RLConfig.from_config(config.rl),
+      **sections,
+    )
+    exp.check()
+    return exp
+
+  def check(self) -> None:
+    """Cross-section checks (each section is valid on its own)."""
+    vocab = self.tokenizer().vocab_size
+    if self.model.vocab_size < vocab:
+      raise ValueError(
+        f"config.model.vocab_size={self.model.vocab_size}: the byte"
+        f" tokenizer needs at least {vocab} ids."
+      )
+
+  def tokenizer(self) -> tokenizer_lib.ByteTokenizer:
+    """The byte-level tokenizer of the tiny configs."""
+    return tokenizer_lib.ByteTokenizer()
+
+  @property
+  def uses_critic(self) -> bool:
+    """Whether the estimator needs a critic ("gae")."""
+    return self.rl.advantage.estimator == "gae"
+
+  def make_mesh(self) -> tuple[jax.sharding.Mesh, mesh_lib.Rules]:
+    """The device mesh and its validated logical-axis rules."""
+    return mesh_lib.make_mesh(self.mesh), self.mesh.rules
+
+
+def to_dict(exp: Experiment) -> dict[str, Any]:
+  """A JSON-able view (for the run's `config.json`)."""
+  return dataclasses.asdict(exp)

@@ -1,0 +1,251 @@
+"""The whole job: SFT -> evaluation -> PPO -> evaluation -> summary.
+
+`train_and_evaluate(config, workdir, sandbox_config)` is what
+`python -m codeagent_rl.main` calls, and what a notebook can call. The
+workdir holds everything the run produces:
+
+  config.json          the validated experiment
+  sft_data.npz         rendered demonstrations (cache)
+  sft/                 the SFT checkpoint (PPO start and KL reference)
+  checkpoints/         PPO checkpoints (resume picks up the newest)
+  metrics.jsonl        one JSON object per PPO iteration
+  tensorboard/         event files (`tensorboard --logdir=WORKDIR`)
+  eval_sft.json        held-out pass@1 of the SFT model
+  summary.json         SFT vs final pass@1 and where things are
+
+Running the same command again in the same workdir resumes: the SFT
+checkpoint and its evaluation are reused, PPO continues from its newest
+checkpoint with the same data order and randomness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+from typing import Any
+
+from absl import logging
+import jax
+import ml_collections
+import numpy as np
+
+from codeagent_rl.anticheat import features as features_lib
+from codeagent_rl.anticheat import monitors
+from codeagent_rl.anticheat import pipeline
+from codeagent_rl.envs import code_env
+from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.sandbox import config as sandbox_config_lib
+from codeagent_rl.sandbox import harness
+from codeagent_rl.train import data as data_lib
+from codeagent_rl.train import evaluate as eval_lib
+from codeagent_rl.train import experiment as exp_lib
+from codeagent_rl.train import metrics as metrics_lib
+from codeagent_rl.train import ppo as ppo_lib
+from codeagent_rl.train import sft as sft_lib
+
+EVAL_SFT = "eval_sft.json"
+SUMMARY = "summary.json"
+
+
+def _write_json(path: pathlib.Path, obj: Any) -> None:
+  tmp = path.with_suffix(path.suffix + ".tmp")
+  tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, default=str))
+  os.replace(tmp, path)
+
+
+class AntiCheatRewards:
+  """Both anti-cheat stages over a rollout's episodes (`ppo.RewardFn`)."""
+
+  def __init__(self, anticheat: pipeline.AntiCheat):
+    self.anticheat = anticheat
+
+  def __call__(self, rollout, tasks):
+    """(rewards after both stages, anti-cheat scalars) of a rollout."""
+    del tasks  # each episode carries its task
+    rewards, _ = self.anticheat.episode_rewards(rollout.episodes)
+    flags = np.asarray(rewards.stage1_flags)
+    skipped = [
+      e.outcome.reason == pipeline.SKIP_REASON for e in rollout.episodes
+    ]
+    scalars = {
+      "anticheat/flag_rate": float(flags.any(axis=1).mean()),
+      "anticheat/skipped_rate": float(np.mean(skipped)),
+      "anticheat/stage1_score_mean": float(np.mean(rewards.stage1_score)),
+      "anticheat/stage2_fail_rate": float(
+        1.0 - np.mean(np.asarray(rewards.stage2_ok, np.float32))
+      ),
+    }
+    for name, rate in zip(
+      features_lib.FLAG_NAMES, flags.mean(axis=0).tolist(), strict=True
+    ):
+      scalars[f"anticheat/flag/{name}"] = rate
+    return rewards, scalars
+
+
+def _monitor_fn(exp: exp_lib.Experiment):
+  def fn(history):
+    alarms = monitors.check(history, exp.monitors)
+    current = [a for a in alarms if a.iteration == history[-1]["iteration"]]
+    for alarm in current:
+      logging.warning("monitor %s: %s", alarm.name, alarm.message)
+    return monitors.alarm_metrics(current, monitors.MONITOR_NAMES)
+
+  return fn
+
+
+def _ppo_done(workdir: pathlib.Path) -> int:
+  """Iterations already done in `workdir` (0 without a PPO checkpoint)."""
+  directory = workdir / ppo_lib.PPO_DIR
+  if not directory.is_dir():
+    return 0
+  cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
+  with ckpt_lib.Checkpointer(directory, cfg, read_only=True) as ckpt:
+    return ckpt.latest_step() or 0
+
+
+def train_and_evaluate(
+  config: ml_collections.ConfigDict,
+  workdir: str | os.PathLike[str],
+  sandbox: sandbox_config_lib.SandboxConfig,
+  *,
+  stop: ppo_lib.Stop | None = None,
+  iterations: int | None = None,
+  console=print,
+) -> dict[str, Any]:
+  """Runs (or resumes) the experiment; returns the summary dict.
+
+  Args:
+    config: an experiment config (e.g. `configs/tiny.py`).
+    workdir: the run directory (created if missing).
+    sandbox: the sandbox pool's settings (from the absl flags).
+    stop: a `ppo.Stop` to end PPO early (tests; SIGTERM sets one too).
+    iterations: run PPO only up to this many iterations (tests).
+    console: where progress lines and the summary go.
+
+  Returns:
+    The summary: pass@1 of the SFT model and the final one, paths, times.
+  """
+  start = time.perf_counter()
+  exp = exp_lib.Experiment.from_config(config)
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  _write_json(workdir / "config.json", exp_lib.to_dict(exp))
+  mesh, rules = exp.make_mesh()
+  task_sets = data_lib.make_task_sets(exp.data, exp.seed)
+  tok = exp.tokenizer()
+  console(
+    f"codeagent_rl: preset {exp.preset}, {exp.model.num_params():,} params,"
+    f" {len(task_sets.train)} train / {len(task_sets.eval)} held-out tasks,"
+    f" sandbox {sandbox.backend} x{sandbox.pool_size}, workdir {workdir}"
+  )
+  anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
+  with harness.SandboxPool(sandbox) as pool:
+    # Demonstrations and evaluation run without the pre-submit gate: an
+    # evaluation reports what the model does, not what stage 1 lets through.
+    env = code_env.CodeEnv(pool, tok, exp.env)
+    rl_env = code_env.CodeEnv(
+      pool, tok, exp.env, pre_submit=anticheat.pre_submit
+    )
+    arrays = None
+    if exp.sft.steps:
+      arrays = data_lib.sft_arrays(env, task_sets, workdir)
+    t0 = time.perf_counter()
+    sft_params, sft_metrics = sft_lib.run_sft(exp, arrays, workdir, mesh, rules)
+    sft_s = time.perf_counter() - t0
+    console(
+      f"SFT: {exp.sft.steps} steps, loss {sft_metrics.get('sft/loss', 'n/a')}"
+      f" ({sft_s:.0f} s)"
+    )
+    evaluator = eval_lib.Evaluator(
+      exp,
+      env,
+      task_sets.eval,
+      batch_size=exp.ppo.rollouts_per_iteration,
+    )
+    eval_path = workdir / EVAL_SFT
+    if eval_path.exists():
+      sft_eval = json.loads(eval_path.read_text())
+    else:
+      sft_eval = evaluator(sft_params, jax.random.key(exp.seed + 2))
+      _write_json(eval_path, sft_eval)
+    console("SFT held-out: " + _eval_line(sft_eval))
+    learner = ppo_lib.Learner(exp, mesh, rules)
+    done_before = _ppo_done(workdir)
+    with metrics_lib.MetricsWriter(
+      str(workdir), start_iteration=done_before
+    ) as writer:
+      result = ppo_lib.run_ppo(
+        exp,
+        learner,
+        rl_env,
+        list(task_sets.train),
+        sft_params,
+        workdir,
+        reward_fn=AntiCheatRewards(anticheat),
+        evaluator=evaluator,
+        writer=writer,
+        monitor_fn=_monitor_fn(exp),
+        num_flags=features_lib.NUM_FLAGS,
+        stop=stop,
+        iterations=iterations,
+        console=console,
+      )
+  final_eval = result.last_eval
+  if not final_eval:  # resumed a finished run: nothing was evaluated
+    final_eval = _last_eval_from_metrics(workdir)
+  summary = _summary(exp, workdir, sft_eval, final_eval, result)
+  summary["elapsed_s"] = round(time.perf_counter() - start, 1)
+  _write_json(workdir / SUMMARY, summary)
+  console(summary["table"])
+  return summary
+
+
+def _eval_line(scalars: dict[str, float]) -> str:
+  parts = []
+  for mode in ("greedy", "sampled"):
+    if f"eval/{mode}/pass_a" in scalars:
+      parts.append(
+        f"{mode} pass@1 A {scalars[f'eval/{mode}/pass_a']:.3f}"
+        f" A&B {scalars[f'eval/{mode}/pass_ab']:.3f}"
+      )
+  return "; ".join(parts)
+
+
+def _last_eval_from_metrics(workdir: pathlib.Path) -> dict[str, float]:
+  for record in reversed(ppo_lib.writer_history(workdir)):
+    evals = {k: v for k, v in record.items() if k.startswith("eval/")}
+    if evals:
+      return evals
+  return {}
+
+
+def _summary(exp, workdir, sft_eval, final_eval, result) -> dict[str, Any]:
+  rows = []
+  for mode in exp.eval.modes:
+    for stage, scalars in (("SFT", sft_eval), ("PPO final", final_eval)):
+      rows.append(
+        (
+          f"{stage} ({mode})",
+          scalars.get(f"eval/{mode}/pass_a"),
+          scalars.get(f"eval/{mode}/pass_ab"),
+        )
+      )
+  locations = {
+    "checkpoints": str(workdir / ppo_lib.PPO_DIR),
+    "SFT checkpoint": str(workdir / sft_lib.SFT_DIR),
+    "metrics": str(workdir / metrics_lib.METRICS_FILE),
+    "tensorboard": f"tensorboard --logdir={workdir}",
+  }
+  return {
+    "preset": exp.preset,
+    "estimator": exp.rl.advantage.estimator,
+    "seed": exp.seed,
+    "iterations_done": result.iterations_done,
+    "stopped_early": result.stopped_early,
+    "sft_eval": sft_eval,
+    "final_eval": final_eval,
+    "table": metrics_lib.format_summary(rows, locations),
+    **{f"path/{k}": v for k, v in locations.items()},
+  }

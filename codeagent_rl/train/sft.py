@@ -1,0 +1,169 @@
+"""Supervised fine-tuning of the actor on rendered demonstrations.
+
+The loss is next-token cross-entropy on the trainable (action) tokens only:
+prompts and sandbox observations are context, never targets. The result is
+saved as an orbax checkpoint in `<workdir>/sft/`; it is both the PPO
+starting point and the KL reference. A run that finds that checkpoint
+(resume) restores it instead of training again; an SFT interrupted before
+its end is redone from the start (it is deterministic and takes minutes).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import time
+from typing import Any
+
+from absl import logging
+import jax
+import numpy as np
+
+from codeagent_rl.models import transformer
+from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import sharding
+from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.train import data as data_lib
+from codeagent_rl.train import experiment as exp_lib
+from codeagent_rl.train import steps
+
+SFT_DIR = "sft"
+
+
+def _optim(exp: exp_lib.Experiment) -> state_lib.OptimConfig:
+  """`config.optim` with the SFT rate and warmup (critic unused)."""
+  return state_lib.OptimConfig(
+    actor_lr=exp.sft.learning_rate,
+    critic_lr=exp.sft.learning_rate,
+    weight_decay=exp.optim.weight_decay,
+    b1=exp.optim.b1,
+    b2=exp.optim.b2,
+    eps=exp.optim.eps,
+    grad_clip_norm=exp.optim.grad_clip_norm,
+    warmup_steps=exp.sft.warmup_steps,
+  )
+
+
+def _checkpointer(workdir: pathlib.Path, exp: exp_lib.Experiment):
+  config = ckpt_lib.CheckpointConfig(
+    keep=1, save_every=max(1, exp.sft.steps), async_save=False
+  )
+  return ckpt_lib.Checkpointer(workdir / SFT_DIR, config)
+
+
+def run_sft(
+  exp: exp_lib.Experiment,
+  arrays: dict[str, np.ndarray] | None,
+  workdir: str | os.PathLike[str],
+  mesh: jax.sharding.Mesh,
+  rules: Any,
+  *,
+  log_metrics=None,
+) -> tuple[Any, dict[str, float]]:
+  """Trains (or restores) the SFT actor.
+
+  Args:
+    exp: the experiment.
+    arrays: `data.sft_arrays(...)` (None when a finished SFT checkpoint is
+      known to exist and only needs restoring).
+    workdir: the run directory; the checkpoint goes to `<workdir>/sft`.
+    mesh: the device mesh.
+    rules: logical-axis rules.
+    log_metrics: optional `fn(step, scalars)` called every `log_every` steps.
+
+  Returns:
+    (actor params, final scalars {"sft/loss", "sft/token_accuracy", ...}).
+  """
+  workdir = pathlib.Path(workdir)
+  optim = _optim(exp)
+  rng = jax.random.key(exp.seed)
+  init_rng = jax.random.fold_in(rng, 0)
+  with sharding.axis_rules(mesh, rules):
+    actor, _ = state_lib.create_train_states(
+      exp.model, optim, mesh, rules, init_rng
+    )
+  shardings, _ = state_lib.train_state_shardings(exp.model, optim, mesh, rules)
+  with _checkpointer(workdir, exp) as ckpt:
+    if ckpt.latest_step() == exp.sft.steps:
+      restored = ckpt.restore(
+        exp.sft.steps, actor=actor, critic=None, rng=jax.random.key(0)
+      )
+      logging.info("SFT: restored the finished run from %s", ckpt.directory)
+      return restored.actor.params, dict(restored.data_position["metrics"])
+    if exp.sft.steps == 0:
+      return actor.params, {}
+    if arrays is None:
+      raise ValueError("run_sft: no demonstrations and no SFT checkpoint.")
+    actor, metrics = _train(
+      exp, arrays, actor, shardings, optim, mesh, rules, log_metrics
+    )
+    ckpt.save(
+      ckpt_lib.TrainCheckpoint(
+        actor=actor,
+        critic=None,
+        step=exp.sft.steps,
+        rng=jax.random.key(0),
+        data_position={"metrics": metrics},
+      ),
+      force=True,
+    )
+    return actor.params, metrics
+
+
+def _train(exp, arrays, actor, shardings, optim, mesh, rules, log_metrics=None):
+  cfg = exp.sft
+  model = transformer.Actor(exp.model)
+  tx = state_lib.make_optimizer(optim, optim.actor_lr)
+  num_micro = 1
+  step_fn = jax.jit(
+    functools.partial(steps.sft_step, model=model, tx=tx, num_micro=num_micro),
+    in_shardings=(shardings, sharding.batch_sharding(mesh, rules), None),
+    out_shardings=(shardings, None),
+    donate_argnums=(0,),
+  )
+  n = arrays["tokens"].shape[0]
+  lengths = arrays["valid"].sum(axis=1)
+  width = data_lib.bucket_width(
+    int(lengths.max()), exp.ppo.length_bucket, arrays["tokens"].shape[1]
+  )
+  order_rng = np.random.default_rng([exp.seed, 0x5F7])
+  order = np.empty((0,), np.int64)
+  start = time.perf_counter()
+  window: list[dict[str, float]] = []
+  metrics: dict[str, float] = {}
+  with sharding.axis_rules(mesh, rules):
+    for step in range(cfg.steps):
+      if len(order) < cfg.batch_size:
+        order = np.concatenate([order, order_rng.permutation(n)])
+      rows, order = order[: cfg.batch_size], order[cfg.batch_size :]
+      batch = {
+        k: arrays[k][rows, :width] for k in ("tokens", "valid", "trainable")
+      }
+      batch = sharding.shard_batch(batch, mesh, rules)
+      actor, out = step_fn(actor, batch, jax.random.key(step))
+      window.append(out)
+      if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+        means = jax.device_get(
+          jax.tree.map(lambda *xs: sum(xs) / len(xs), *window)
+        )
+        metrics = {k: float(v) for k, v in means.items()}
+        if not np.isfinite(metrics["sft/loss"]):
+          raise FloatingPointError(
+            f"SFT step {step + 1}: the loss is {metrics['sft/loss']}; lower"
+            " config.sft.learning_rate. Nothing was saved."
+          )
+        elapsed = time.perf_counter() - start
+        metrics["sft/steps_per_s"] = (step + 1) / elapsed
+        logging.info(
+          "SFT %d/%d loss %.4f token acc %.3f (%.1f steps/s)",
+          step + 1,
+          cfg.steps,
+          metrics["sft/loss"],
+          metrics["sft/token_accuracy"],
+          metrics["sft/steps_per_s"],
+        )
+        if log_metrics is not None:
+          log_metrics(step + 1, metrics)
+        window = []
+  return actor, metrics

@@ -1,0 +1,365 @@
+"""The learner's jitted steps: pure functions of arrays, bound by partial.
+
+Alignment of a [B, T] trajectory with the model's outputs: the actor's
+logits at position t predict token t + 1, so the log-prob of token t is read
+from position t - 1 (`shifted_log_probs`; token 0 gets 0, it is never
+trainable). Likewise the critic's value of the state in which token t is
+produced is its output at t - 1 (`shifted_values`), and the value after the
+last valid token (where a truncated trajectory stopped) is its output at
+`length - 1`.
+
+Every step has the shape `(state, batch, rng) -> (state, metrics)` or is a
+pure forward; hyperparameters (model, optimiser, frozen configs) are bound
+with `functools.partial` before `jax.jit`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import chex
+from flax import struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from codeagent_rl.models import sampler as sampler_lib
+from codeagent_rl.models import transformer
+from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.rl import advantages as adv_lib
+from codeagent_rl.rl import config as rl_config
+from codeagent_rl.rl import gae
+from codeagent_rl.rl import kl as kl_lib
+from codeagent_rl.rl import losses
+
+
+@struct.dataclass
+class PPOBatch:
+  """One iteration's rollouts with everything the PPO epochs need.
+
+  All fields are [B, T].
+
+  Attributes:
+    tokens: int32 token ids.
+    valid: bool, not padding.
+    trainable: bool, policy tokens (the loss mask).
+    old_logp: float32 log-probs under the rollout policy (recomputed).
+    ref_logp: float32 log-probs under the reference (SFT) policy.
+    advantages: float32 advantages (0 off the mask).
+    returns: float32 value targets (0 off the mask).
+    old_values: float32 critic values at rollout time.
+  """
+
+  tokens: jax.Array
+  valid: jax.Array
+  trainable: jax.Array
+  old_logp: jax.Array
+  ref_logp: jax.Array
+  advantages: jax.Array
+  returns: jax.Array
+  old_values: jax.Array
+
+
+def shifted_log_probs(
+  logits_btv: jax.Array,
+  tokens_bt: jax.Array,
+  temperature: float,
+  vocab_limit: int = 0,
+) -> jax.Array:
+  """[B, T] log p(token t | tokens < t); 0 at t = 0.
+
+  The distribution is the sampler's: logits over `temperature`, ids at or
+  above `vocab_limit` (vocabulary padding) excluded.
+  """
+  logits = sampler_lib.limit_vocab(logits_btv[:, :-1], vocab_limit)
+  logits = logits / temperature
+  logp = losses.token_log_probs(logits, tokens_bt[:, 1:])
+  return jnp.pad(logp, ((0, 0), (1, 0)))
+
+
+def shifted_entropy(
+  logits_btv: jax.Array, temperature: float, vocab_limit: int = 0
+) -> jax.Array:
+  """[B, T] entropy of the distribution token t was drawn from; 0 at t = 0."""
+  logits = sampler_lib.limit_vocab(logits_btv[:, :-1], vocab_limit)
+  ent = losses.entropy_from_logits(logits / temperature)
+  return jnp.pad(ent, ((0, 0), (1, 0)))
+
+
+def shifted_values(values_bt: jax.Array) -> jax.Array:
+  """[B, T] value of the state that produces token t; 0 at t = 0."""
+  return jnp.pad(values_bt[:, :-1], ((0, 0), (1, 0)))
+
+
+def _apply(model, params, tokens, valid):
+  positions = transformer.positions_from_valid(valid)
+  out, _ = model.apply({"params": params}, tokens, positions, valid)
+  return out
+
+
+def actor_log_probs(
+  params: Any,
+  tokens: jax.Array,
+  valid: jax.Array,
+  *,
+  model: transformer.Actor,
+  temperature: float,
+  vocab_limit: int,
+) -> jax.Array:
+  """[B, T] shifted log-probs of `tokens` under the actor."""
+  logits = _apply(model, params, tokens, valid)
+  return shifted_log_probs(logits, tokens, temperature, vocab_limit)
+
+
+def critic_values(
+  params: Any,
+  tokens: jax.Array,
+  valid: jax.Array,
+  length: jax.Array,
+  *,
+  model: transformer.Critic,
+) -> tuple[jax.Array, jax.Array]:
+  """([B, T] shifted values, [B] value after the last valid token)."""
+  values = _apply(model, params, tokens, valid)
+  last = jnp.clip(length - 1, 0, values.shape[1] - 1)
+  after_last = jnp.take_along_axis(values, last[:, None], axis=1)[:, 0]
+  return shifted_values(values), after_last
+
+
+def targets(
+  total_b: jax.Array,
+  trainable: jax.Array,
+  old_logp: jax.Array,
+  ref_logp: jax.Array,
+  values: jax.Array,
+  truncated: jax.Array,
+  bootstrap_value: jax.Array,
+  group_id: jax.Array,
+  *,
+  rl: rl_config.RLConfig,
+) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+  """Token rewards (terminal score, k1 KL penalty) -> advantages, returns.
+
+  Args:
+    total_b: [B] trajectory rewards after anti-cheat.
+    trainable: [B, T] loss mask.
+    old_logp: [B, T] rollout-policy log-probs.
+    ref_logp: [B, T] reference log-probs.
+    values: [B, T] critic values (zeros for critic-free estimators).
+    truncated: [B] rows stopped by a budget.
+    bootstrap_value: [B] value where a truncated row stopped (0 otherwise).
+    group_id: [B] prompt ids.
+    rl: the validated `config.rl`.
+
+  Returns:
+    (advantages [B, T], returns [B, T], metrics): metrics hold the mean
+    per-token KL to the reference and the mean token reward.
+  """
+  chex.assert_equal_shape([trainable, old_logp, ref_logp, values])
+  mask = trainable.astype(bool)
+  token_rewards = gae.place_terminal_reward(total_b, trainable)
+  kl_bt = kl_lib.kl_estimate(old_logp, ref_logp, rl.kl.estimator)
+  kl_bt = jnp.where(mask, kl_bt, 0.0)
+  if rl.kl.placement == "reward":
+    token_rewards, kl_bt = kl_lib.kl_reward_penalty(
+      token_rewards,
+      old_logp,
+      ref_logp,
+      trainable,
+      coef=rl.kl.coef,
+      estimator=rl.kl.estimator,
+    )
+  inputs = adv_lib.AdvantageInputs(
+    rewards=token_rewards,
+    values=values,
+    trainable=mask,
+    truncated=truncated,
+    bootstrap_value=bootstrap_value,
+    group_id=group_id,
+  )
+  advantages, returns = adv_lib.compute_advantages(inputs, rl.advantage)
+  norm = losses.normalizer_for(mask)
+  metrics = {
+    "kl/ref_mean": losses.token_mean(kl_bt, mask, norm),
+    "kl/ref_seq_sum": jnp.sum(kl_bt) / norm.num_seqs,
+    "advantage/mean": losses.token_mean(advantages, mask, norm),
+    "advantage/abs_mean": losses.token_mean(jnp.abs(advantages), mask, norm),
+    "return/mean": losses.token_mean(returns, mask, norm),
+  }
+  return advantages, returns, metrics
+
+
+def _micro_batches(batch: PPOBatch, num_micro: int) -> PPOBatch:
+  """[B, T] leaves -> [num_micro, B / num_micro, T]."""
+  return jax.tree.map(lambda x: x.reshape((num_micro, -1) + x.shape[1:]), batch)
+
+
+def _accumulate(loss_fn, params, batch: PPOBatch, num_micro: int):
+  """Sums gradients and metrics of `loss_fn` over micro-batches (lax.scan).
+
+  `loss_fn(params, micro) -> (loss, metrics)` must normalise by the whole
+  minibatch, so that the sums equal the minibatch's gradient and metrics.
+  """
+  grad_fn = jax.grad(loss_fn, has_aux=True)
+
+  def body(carry, micro):
+    grads, metrics = carry
+    g, m = grad_fn(params, micro)
+    return (
+      jax.tree.map(jnp.add, grads, g),
+      jax.tree.map(jnp.add, metrics, m),
+    ), None
+
+  micro = _micro_batches(batch, num_micro)
+  first = jax.tree.map(lambda x: x[0], micro)
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  zero_metrics = jax.tree.map(
+    jnp.zeros_like, jax.eval_shape(lambda: grad_fn(params, first)[1])
+  )
+  (grads, metrics), _ = jax.lax.scan(body, (zeros, zero_metrics), micro)
+  return grads, metrics
+
+
+def _actor_loss(params, micro, *, model, rl, temperature, vocab_limit, norm):
+  logits = _apply(model, params, micro.tokens, micro.valid)
+  logp = shifted_log_probs(logits, micro.tokens, temperature, vocab_limit)
+  loss_cfg = rl.loss
+  loss, diag = losses.ppo_policy_loss(
+    logp,
+    micro.old_logp,
+    micro.advantages,
+    micro.trainable,
+    eps_low=loss_cfg.eps_low,
+    eps_high=loss_cfg.eps_high,
+    dual_clip=loss_cfg.dual_clip,
+    agg_mode=loss_cfg.agg_mode,
+    norm=norm,
+    norm_length=loss_cfg.norm_length,
+  )
+  metrics = {"loss/policy": loss, **{f"policy/{k}": v for k, v in diag.items()}}
+  if rl.kl.placement == "loss":
+    kl_term = kl_lib.kl_loss(
+      logp,
+      micro.ref_logp,
+      micro.trainable,
+      estimator=rl.kl.estimator,
+      agg_mode=loss_cfg.agg_mode,
+      norm=norm,
+      norm_length=loss_cfg.norm_length,
+    )
+    loss = loss + rl.kl.coef * kl_term
+    metrics["loss/kl"] = kl_term
+  ent = losses.token_mean(
+    shifted_entropy(logits, temperature, vocab_limit), micro.trainable, norm
+  )
+  metrics["policy/entropy"] = jax.lax.stop_gradient(ent)
+  if loss_cfg.entropy_coef:
+    loss = loss - loss_cfg.entropy_coef * ent
+  return loss, metrics
+
+
+def actor_step(
+  state: state_lib.TrainState,
+  batch: PPOBatch,
+  rng: jax.Array,
+  *,
+  model: transformer.Actor,
+  tx: optax.GradientTransformation,
+  rl: rl_config.RLConfig,
+  temperature: float,
+  vocab_limit: int,
+  num_micro: int,
+) -> tuple[state_lib.TrainState, dict[str, jax.Array]]:
+  """One PPO policy update on a minibatch, accumulated over micro-batches."""
+  del rng  # the forward is deterministic (no dropout)
+  norm = losses.normalizer_for(batch.trainable)
+  loss_fn = functools.partial(
+    _actor_loss,
+    model=model,
+    rl=rl,
+    temperature=temperature,
+    vocab_limit=vocab_limit,
+    norm=norm,
+  )
+  grads, metrics = _accumulate(loss_fn, state.params, batch, num_micro)
+  metrics["grad_norm/actor"] = optax.global_norm(grads)
+  return state.apply_gradients(grads, tx), metrics
+
+
+def _critic_loss(params, micro, *, model, rl, norm):
+  values = shifted_values(_apply(model, params, micro.tokens, micro.valid))
+  loss_cfg = rl.loss
+  loss, diag = losses.clipped_value_loss(
+    values,
+    micro.old_values,
+    micro.returns,
+    micro.trainable,
+    clip_eps=loss_cfg.value_clip,
+    agg_mode=loss_cfg.agg_mode,
+    norm=norm,
+    norm_length=loss_cfg.norm_length,
+  )
+  metrics = {"loss/critic": loss, **{f"critic/{k}": v for k, v in diag.items()}}
+  return loss_cfg.value_coef * loss, metrics
+
+
+def critic_step(
+  state: state_lib.TrainState,
+  batch: PPOBatch,
+  rng: jax.Array,
+  *,
+  model: transformer.Critic,
+  tx: optax.GradientTransformation,
+  rl: rl_config.RLConfig,
+  num_micro: int,
+) -> tuple[state_lib.TrainState, dict[str, jax.Array]]:
+  """One clipped value-loss update on a minibatch (micro-batched)."""
+  del rng
+  norm = losses.normalizer_for(batch.trainable)
+  loss_fn = functools.partial(_critic_loss, model=model, rl=rl, norm=norm)
+  grads, metrics = _accumulate(loss_fn, state.params, batch, num_micro)
+  metrics["grad_norm/critic"] = optax.global_norm(grads)
+  return state.apply_gradients(grads, tx), metrics
+
+
+def _sft_loss(params, micro, *, model, norm):
+  logits = _apply(model, params, micro["tokens"], micro["valid"])
+  logp = shifted_log_probs(logits, micro["tokens"], 1.0)
+  mask = micro["trainable"]
+  nll = losses.token_mean(-logp, mask, norm)
+  hit = jnp.argmax(logits[:, :-1], axis=-1) == micro["tokens"][:, 1:]
+  acc = losses.token_mean(
+    jnp.pad(hit, ((0, 0), (1, 0))).astype(jnp.float32), mask, norm
+  )
+  return nll, {"sft/loss": nll, "sft/token_accuracy": acc}
+
+
+def sft_step(
+  state: state_lib.TrainState,
+  batch: dict[str, jax.Array],
+  rng: jax.Array,
+  *,
+  model: transformer.Actor,
+  tx: optax.GradientTransformation,
+  num_micro: int,
+) -> tuple[state_lib.TrainState, dict[str, jax.Array]]:
+  """Next-token cross-entropy on the trainable (action) tokens only.
+
+  Args:
+    state: the actor's train state.
+    batch: `tokens` [B, T] int32, `valid` and `trainable` [B, T] bool.
+    rng: unused (no dropout); kept for the step signature.
+    model: the actor.
+    tx: its optimiser.
+    num_micro: micro-batches to accumulate over.
+
+  Returns:
+    (new state, {"sft/loss", "sft/token_accuracy", "grad_norm/actor"}).
+  """
+  del rng
+  norm = losses.normalizer_for(batch["trainable"])
+  loss_fn = functools.partial(_sft_loss, model=model, norm=norm)
+  grads, metrics = _accumulate(loss_fn, state.params, batch, num_micro)
+  metrics["grad_norm/actor"] = optax.global_norm(grads)
+  return state.apply_gradients(grads, tx), metrics
