@@ -1,11 +1,12 @@
 r"""Offline grading: samples JSONL -> results JSONL, and pass@k.
 
   python -m codeagent_rl.grade --tasks=TASKS.jsonl --samples=SAMPLES.jsonl \
-      --out=RESULTS.jsonl [--backend=gvisor|process]
+      --out=RESULTS.jsonl [--backend=gvisor|process] [--config=configs/tiny.py]
 
 A sample line is `{"task_id": ..., "completion": "<python source>"}`,
-optionally with `"trajectory": [actions]` (kept for the anti-cheat; not used
-yet); other keys are ignored. Blank lines are skipped; `sample_index` is a
+optionally with `"trajectory": [actions]` (each the action text, or a
+`["run" | "submit", code]` pair; the anti-cheat reads them); other keys are
+ignored. Blank lines are skipped; `sample_index` is a
 sample's 0-based position among the non-blank lines. Each completion runs on
 its task's suites A and B in the sandbox (inputs only; the expected values
 stay here) and is judged here. One result line per sample, in sample order,
@@ -13,10 +14,18 @@ written and flushed as soon as it and every sample before it are graded:
 
   {"task_id": "add", "sample_index": 0, "status": "ok", "executed": true,
    "suite_a": {"passed": 7, "total": 7}, "suite_b": {"passed": 20,
-   "total": 20}, "flags": [], "reward": 1.0, "reason": "", "duration_s": 0.01}
+   "total": 20}, "flags": [], "stage1_score": 0.01, "stage2_ok": true,
+   "reward": 1.0, "reason": "", "duration_s": 0.01}
 
-`reward` is `types.Rewards.total` (the suite A pass fraction until the
-anti-cheat stages land; `flags` is empty until then). Progress goes to
+With `--config` (an experiment config with an `anticheat` section, see
+configs/common.py get_anticheat_config), the anti-cheat runs on every
+sample: `flags` names the raised stage-1 rule flags, `stage1_score` is the
+classifier's probability of cheating, `stage2_ok` the suite-B gate, and
+`reward` is the final `types.Rewards.total` after both stages. Code that
+stage 1 rejects is not executed when the config says so (status
+"not_executed", the reason says why). Without `--config` there is no
+anti-cheat: `flags` is empty, `stage1_score` 0, `stage2_ok` true and
+`reward` the suite A pass fraction. Progress goes to
 stderr. The last line of stdout is the summary, one JSON object: pass@1,
 and pass@5 / pass@10 where every graded task has at least that many samples
 (the unbiased estimator 1 - C(n-c, k) / C(n, k), averaged over tasks), for
@@ -45,8 +54,13 @@ from typing import Any, TextIO
 from absl import app
 from absl import flags
 import jax
+from ml_collections import config_flags
 import numpy as np
 
+from codeagent_rl import types
+from codeagent_rl.anticheat import config as anticheat_config
+from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
@@ -65,6 +79,12 @@ _BACKEND = flags.DEFINE_enum(
   None,
   config_lib.BACKENDS,
   "Sandbox backend; short for --sandbox_backend (default: gvisor).",
+)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config",
+  None,
+  "Experiment config whose `anticheat` section runs stage 1 and stage 2 on"
+  " every sample (default: no anti-cheat).",
 )
 _PROGRESS_EVERY_S = flags.DEFINE_float(
   "progress_every_s", 10.0, "Seconds between progress lines on stderr."
@@ -141,6 +161,11 @@ def read_samples(
       trajectory = obj.get("trajectory")
       if trajectory is not None and not isinstance(trajectory, list):
         raise SampleFormatError(f"{where}: trajectory: must be a list.")
+      for i, action in enumerate(trajectory or ()):
+        try:
+          features.normalise_action(action)
+        except ValueError as e:
+          raise SampleFormatError(f"{where}: trajectory[{i}]: {e}") from None
       samples.append(
         Sample(
           index=len(samples),
@@ -220,12 +245,28 @@ def summarize(results: Iterable[dict], ks: Sequence[int] = PASS_AT_K) -> dict:
   return summary
 
 
-def result_line(sample: Sample, outcome: code_env.Outcome) -> dict:
-  """The result line of a graded sample."""
+def _short(value) -> float:
+  """The shortest decimal that is this float32 (0.2, not 0.200000003)."""
+  return float(str(np.float32(value)))
+
+
+def result_line(
+  sample: Sample,
+  outcome: code_env.Outcome,
+  rewards: types.Rewards | None = None,
+) -> dict:
+  """The result line of a graded sample.
+
+  Args:
+    sample: the sample.
+    outcome: what the judge made of it.
+    rewards: its [1] rewards after the anti-cheat, or None (no anti-cheat:
+      `code_env.rewards([outcome])`).
+  """
   grade = outcome.grade
-  total = np.asarray(code_env.rewards([outcome]).total)[0]
-  # The shortest decimal that is this float32 (0.2, not 0.200000003).
-  reward = float(str(total))
+  if rewards is None:
+    rewards = code_env.rewards([outcome])
+  flag_row = np.asarray(rewards.stage1_flags)[0]
   return {
     "task_id": sample.task_id,
     "sample_index": sample.index,
@@ -239,9 +280,11 @@ def result_line(sample: Sample, outcome: code_env.Outcome) -> dict:
       "passed": outcome.suite_b_passed,
       "total": outcome.suite_b_total,
     },
-    "flags": [],
-    "reward": reward,
-    "reason": grade.result.reason if grade else "",
+    "flags": [features.FLAG_NAMES[i] for i in np.flatnonzero(flag_row)],
+    "stage1_score": _short(np.asarray(rewards.stage1_score)[0]),
+    "stage2_ok": bool(np.asarray(rewards.stage2_ok)[0]),
+    "reward": _short(np.asarray(rewards.total)[0]),
+    "reason": grade.result.reason if grade else outcome.reason,
     "duration_s": grade.result.duration_s if grade else 0.0,
   }
 
@@ -256,6 +299,7 @@ def grade_samples(
   in_flight: int | None = None,
   sandbox_retries: int = 1,
   progress: Callable[[int, int], None] | None = None,
+  anticheat: pipeline.AntiCheat | None = None,
 ) -> list[dict]:
   """Grades every sample; writes and flushes each result line in order.
 
@@ -268,6 +312,8 @@ def grade_samples(
     in_flight: jobs queued at once (default: 4 per pool worker).
     sandbox_retries: resubmissions of a job that hit a sandbox error.
     progress: called as progress(done, total) after each sample.
+    anticheat: stage 1 and 2 (and, if its config says so, no execution of
+      code stage 1 rejects); None: no anti-cheat.
 
   Returns:
     The result lines, in sample order.
@@ -284,22 +330,66 @@ def grade_samples(
       sample = next(todo, None)
       if sample is None:
         return
-      job = judge.solution_job(tasks[sample.task_id], sample.completion)
+      task = tasks[sample.task_id]
+      if anticheat is not None and _skipped(anticheat, task, sample):
+        queue.append((sample, None, None))
+        continue
+      job = judge.solution_job(task, sample.completion)
       queue.append((sample, job, pool.submit(job)))
 
   fill()
   while queue:
     sample, job, future = queue.popleft()
-    result = code_env.await_result(pool, job, future, sandbox_retries)
+    task = tasks[sample.task_id]
+    if job is None:
+      outcome = code_env.Outcome.not_executed(pipeline.SKIP_REASON)
+    else:
+      result = code_env.await_result(pool, job, future, sandbox_retries)
+      grade = judge.grade_result(task, result, judge_config)
+      outcome = code_env.Outcome.from_grade(grade)
     fill()
-    grade = judge.grade_result(tasks[sample.task_id], result, judge_config)
-    line = result_line(sample, code_env.Outcome.from_grade(grade))
+    rewards = None
+    if anticheat is not None:
+      vector = _features(task, sample, outcome.grade and outcome.grade.result)
+      rewards = anticheat.apply(
+        pipeline.rewards_from_outcomes([outcome]), vector[None]
+      )
+    line = result_line(sample, outcome, rewards)
     out.write(json.dumps(line) + "\n")
     out.flush()
     lines.append(line)
     if progress is not None:
       progress(len(lines), len(samples))
   return lines
+
+
+def _actions(sample: Sample) -> list:
+  """The sample's trajectory, ending with its completion as the submit."""
+  actions = list(sample.trajectory or ())
+  if not actions or features.normalise_action(actions[-1])[0] != "submit":
+    actions.append(("submit", sample.completion))
+  return actions
+
+
+def _features(task: schema.Task, sample: Sample, result) -> np.ndarray:
+  return features.extract(
+    sample.completion,
+    _actions(sample),
+    None,
+    entry_point=task.entry_point if task.kind == jobs.FUNCTION else None,
+    visible_tests=task.visible_tests,
+    result=result,
+  )
+
+
+def _skipped(
+  anticheat: pipeline.AntiCheat, task: schema.Task, sample: Sample
+) -> bool:
+  """Whether stage 1 keeps the sample from running (pre-execution gate)."""
+  if not anticheat.config.skip_flagged:
+    return False
+  vector = _features(task, sample, None)
+  return bool(anticheat.skip(vector[None])[0])
 
 
 class _Progress:
@@ -339,6 +429,23 @@ def _sandbox_config() -> config_lib.SandboxConfig:
     sys.exit(str(e))
 
 
+def _anticheat() -> pipeline.AntiCheat | None:
+  """The anti-cheat of `--config`'s `anticheat` section, or None."""
+  config = _CONFIG.value
+  if config is None:
+    return None
+  if "anticheat" not in config:
+    sys.exit(
+      "--config: the config has no `anticheat` section; add one built by"
+      " configs/common.py get_anticheat_config(), or drop --config."
+    )
+  try:
+    section = anticheat_config.AntiCheatConfig.from_config(config.anticheat)
+    return pipeline.AntiCheat.from_config(section)
+  except (OSError, ValueError) as e:
+    sys.exit(f"--config: {e}")
+
+
 def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.grade`."""
   if len(argv) > 1:
@@ -354,6 +461,7 @@ def main(argv: list[str]) -> None:
     samples = read_samples(_SAMPLES.value, tasks)
   except (OSError, SampleFormatError) as e:
     sys.exit(f"--samples: {e}")
+  anticheat = _anticheat()
   print(
     f"grade: {len(samples)} samples of {len({s.task_id for s in samples})}"
     f" tasks, backend {config.backend}, {config.pool_size} workers",
@@ -372,7 +480,12 @@ def main(argv: list[str]) -> None:
     sys.exit(str(e))
   with out, pool:
     lines = grade_samples(
-      pool, tasks, samples, out, progress=_Progress(_PROGRESS_EVERY_S.value)
+      pool,
+      tasks,
+      samples,
+      out,
+      progress=_Progress(_PROGRESS_EVERY_S.value),
+      anticheat=anticheat,
     )
   summary = summarize(lines)
   summary["elapsed_s"] = round(time.monotonic() - start, 3)

@@ -293,6 +293,7 @@ class _Visible:
   def __init__(self, tests: Sequence[dict]):
     self.inputs: dict[str, str | None] = {}  # input key -> output key
     self.outputs: set[str] = set()
+    self.test_keys: list[set[str]] = []  # per test, its non-trivial keys
     for test in tests:
       args = list(test.get("args", []))
       if "stdin" in test:
@@ -301,9 +302,11 @@ class _Visible:
       else:
         keys = [_canon(args)] + ([_canon(args[0])] if len(args) == 1 else [])
         out = _canon(test["expected"]) if "expected" in test else None
+      keys = {k for k in keys if not _trivial(k)}
       for key in keys:
-        if not _trivial(key):
-          self.inputs[key] = out
+        self.inputs[key] = out
+      if keys:
+        self.test_keys.append(keys)
       if out is not None and not _trivial(out):
         self.outputs.add(out)
 
@@ -441,6 +444,7 @@ class _Scan(ast.NodeVisitor):
       self._name_use(full)
 
   def visit_Constant(self, node: ast.Constant) -> None:
+    self._note_literal(node.value)
     if isinstance(node.value, str) and node.value in _EQ_METHODS:
       self.counts["eq"] += 1
     if isinstance(node.value, str) and node.value in _FRAME_ATTRS:
@@ -710,9 +714,9 @@ def code_features(
     out[name] = _log(c[key])
   out["builtin_subclass"] = float(c["builtin_subclass"] > 0)
   out["compare_overrides"] = float(c["cmp"] > 0)
-  if visible.inputs:
-    found = sum(k in scan.literal_keys for k in visible.inputs)
-    out["visible_input_literals"] = found / len(visible.inputs)
+  if visible.test_keys:
+    found = sum(bool(k & scan.literal_keys) for k in visible.test_keys)
+    out["visible_input_literals"] = found / len(visible.test_keys)
   if visible.outputs:
     found = sum(k in scan.literal_keys for k in visible.outputs)
     out["visible_output_literals"] = found / len(visible.outputs)
@@ -721,7 +725,7 @@ def code_features(
   return out
 
 
-def _normalise_action(action: Any) -> tuple[str, str]:
+def normalise_action(action: Any) -> tuple[str, str]:
   """(kind, code) from action text, a parsed action or a (verb, code) pair."""
   if isinstance(action, str):
     action = protocol.parse_action(action)
@@ -779,7 +783,7 @@ def trajectory_features(
     A value for every name in `TRAJECTORY_FEATURES`.
   """
   out = dict.fromkeys(TRAJECTORY_FEATURES, 0.0)
-  steps = [_normalise_action(a) for a in actions]
+  steps = [normalise_action(a) for a in actions]
   if observations is not None and len(observations) != len(steps):
     raise ValueError(
       f"{len(steps)} actions but {len(observations)} observations; pass one"

@@ -124,8 +124,12 @@ class AntiCheat:
       entry_point=task.entry_point if task.kind == "function" else None,
       visible_tests=task.visible_tests,
     )
-    skip = bool(self._skip(vector[None], self.params)[0])
-    return SKIP_REASON if skip else None
+    return SKIP_REASON if self.skip(vector[None])[0] else None
+
+  def skip(self, features_bn: np.ndarray) -> np.ndarray:
+    """[B] bool: stage 1's pre-execution gate on [B, N] features."""
+    features_bn = np.asarray(features_bn, np.float32)
+    return np.asarray(self._skip(features_bn, self.params))
 
   def apply(
     self, rewards: types.Rewards, features_bn: np.ndarray
