@@ -6,8 +6,9 @@ backend, as a plain subprocess), with `wire.py` next to it. Start it as
   python3 -I -S -B guest.py '<config JSON>'
 
 where the config is `{"scratch_root": path, "uid": int | null, "gid": int |
-null, "kill_scope": "all" | "descendants"}`, plus `"parent_pid"` for the
-process backend (the server then dies with that parent). It answers frames (see
+null, "kill_scope": "all" | "descendants", "proc": path}` ("proc" is where
+the server finds procfs), plus `"parent_pid"` for the process backend (the
+server then dies with that parent). It answers frames (see
 `wire.py`) on its stdin/stdout: first a `{"event": "ready"}` frame, then one
 reply per job, until end of file.
 
@@ -34,13 +35,18 @@ Three kinds of process take part:
   code's top level is bounded by the job-level limit only). A stdio job runs
   one job process per test.
 
-After each job the server asks the zygote for the next spare (forking
-beside a running job slowed that job down on a busy machine), so a job that
-does not follow another at once finds a forked, warmed-up process waiting.
-It enforces the per-test limit from outside as well (a child that ignores
-SIGALRM is killed), the job-level limit and the output caps. Afterwards it
-kills every remaining process of the job (in a sandbox: every process but
-itself, the zygote and the spare), reaps them and empties the scratch area.
+The server enforces the per-test limit from outside as well (a child that
+ignores SIGALRM is killed), the job-level limit and the output caps. A
+function job's reply goes out as soon as its last result is in (the job
+process flushes its streams before it says "done"); everything else happens
+after the reply and before the next job is read: the server kills every
+remaining process of the job (in a sandbox: every process but itself, the
+zygote and the spare), waits until they are reaped, empties the scratch area
+and only then asks the zygote for the next spare (forking beside a running
+job slowed that job down), so a job that does not follow another at once
+finds a forked, warmed-up process waiting. If that clean-up fails, the next
+job is refused (`"refused": true`, nothing of it ran) and the host replaces
+the sandbox.
 
 Nothing here decides whether an output is right: expected values never
 reach this process.
@@ -111,9 +117,9 @@ def _short(text: str, limit: int = 2000) -> str:
 # --- The child: runs as the untrusted uid -----------------------------------
 
 
-def _close_fds_above(keep: int) -> None:
+def _close_fds_above(keep: int, proc: str) -> None:
   try:
-    fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    fds = [int(fd) for fd in os.listdir(f"{proc}/self/fd")]
   except OSError:
     fds = list(range(keep + 1, 1024))
   for fd in fds:
@@ -142,7 +148,7 @@ def _set_limits(job: dict) -> None:
 _JOB_FD = 4  # a spare's job pipe, until the job is read
 
 
-def _prepare_spare(job_r, out_w, err_w, res_w) -> None:
+def _prepare_spare(job_r, out_w, err_w, res_w, proc) -> None:
   """The job-independent set-up of a spare, done before its job arrives.
 
   It runs before the job arrives (in the gap between jobs when there is
@@ -154,7 +160,7 @@ def _prepare_spare(job_r, out_w, err_w, res_w) -> None:
   for target, fd in ((0, null), (1, out_w), (2, err_w), (3, res_w)):
     os.dup2(fd, target)
   os.dup2(job_r, _JOB_FD)
-  _close_fds_above(_JOB_FD)
+  _close_fds_above(_JOB_FD, proc)
   signal.set_wakeup_fd(-1)
   signal.signal(signal.SIGCHLD, signal.SIG_DFL)
   sys.stdin = sys.__stdin__ = io.TextIOWrapper(
@@ -236,6 +242,17 @@ def _flush_and_exit(code: int, streams) -> None:
   os._exit(code)
 
 
+def _done(streams) -> None:
+  """Flushes the streams, then says "done": the server replies at once."""
+  for stream in streams:
+    try:
+      stream.flush()
+    except BaseException:
+      pass
+  wire.write_frame(_RESULT_FD, {"event": "done"})
+  os._exit(0)
+
+
 def _fresh_module(name: str):
   module = type(sys)(name)
   module.__dict__["__builtins__"] = __builtins__
@@ -266,8 +283,7 @@ def _child_function(job: dict) -> None:
     for i in range(len(tests)):
       send(_RESULT_FD, {"event": "result", "test": i, "status": status,
                         "error": reason, "time_s": 0.0})  # fmt: skip
-    send(_RESULT_FD, {"event": "done"})
-    _flush_and_exit(0, streams)
+    _done(streams)
   order = list(range(len(tests)))
   random.SystemRandom().shuffle(order)
   # The server times each test from the previous result (or from this
@@ -294,8 +310,7 @@ def _child_function(job: dict) -> None:
       signal.setitimer(signal.ITIMER_REAL, 0)
     frame["time_s"] = time.perf_counter() - start
     send(_RESULT_FD, frame)
-  send(_RESULT_FD, {"event": "done"})
-  _flush_and_exit(0, streams)
+  _done(streams)
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -390,15 +405,16 @@ class _Capture:
     self.exit_code = None
     self.signal = None
     self.in_test = None  # index of the test running when it was killed
+    self.done = False  # a function job sent "done": not waited for
 
 
-def _descendants(root: int) -> list[int]:
+def _descendants(root: int, proc: str) -> list[int]:
   """All descendants of `root` (orphans re-parent to it: a subreaper)."""
   parents = {}
-  for name in os.listdir("/proc"):
+  for name in os.listdir(proc):
     if name.isdigit():
       try:
-        with open(f"/proc/{name}/stat", "rb") as f:
+        with open(f"{proc}/{name}/stat", "rb") as f:
           parents[int(name)] = int(f.read().rsplit(b")", 1)[1].split()[1])
       except (OSError, IndexError, ValueError):
         continue
@@ -474,7 +490,7 @@ def _spare_main(config, job_r, out_w, err_w, res_w) -> None:
     # Process backend: the job dies with the zygote (which exits with the
     # server); in a sandbox everything dies with the sandbox anyway.
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-  _prepare_spare(job_r, out_w, err_w, res_w)
+  _prepare_spare(job_r, out_w, err_w, res_w, config["proc"])
   message = wire.read_frame(_JOB_FD)
   os.close(_JOB_FD)
   if message is None:  # the server is shutting down
@@ -504,6 +520,10 @@ class ForkServer:
     self.clean = True
     self.statuses = {}
     self.spares = []  # (pid, [job_w, out_r, err_r, res_r]) forked ahead
+    self._unfinished = None  # (pid, fds) of a finished, unkilled job
+    self.after_s = 0.0
+    self.after_phases = {}
+    self.cleanup_error = ""
     self.pending = 0  # spares requested, not yet reported
     self.sock, zygote_sock = socket.socketpair(
       socket.AF_UNIX, socket.SOCK_SEQPACKET
@@ -602,16 +622,17 @@ class ForkServer:
     untrusted uid before they run any code, and fork from there).
     """
     protected = self._protected()
+    proc = self.config["proc"]
     if self.config["kill_scope"] == "all":
-      candidates = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+      candidates = [int(p) for p in os.listdir(proc) if p.isdigit()]
     else:
-      candidates = _descendants(os.getpid())
+      candidates = _descendants(os.getpid(), proc)
     victims = []
     for pid in candidates:
       if pid in protected:
         continue
       try:
-        with open(f"/proc/{pid}/status", "rb") as f:
+        with open(f"{proc}/{pid}/status", "rb") as f:
           fields = dict(
             line.split(b":", 1)
             for line in f.read().splitlines()
@@ -675,7 +696,7 @@ class ForkServer:
     test_deadline = time.monotonic() + test_limit if stdio else None
     order, results = [], 0
     exited = False
-    while open_fds and cap.killed is None:
+    while open_fds and cap.killed is None and not cap.done:
       if not exited:
         self._reap()
         exited = pid in self.statuses
@@ -720,6 +741,8 @@ class ForkServer:
               break
             cap.frames.append(frame)
             event = frame.get("event")
+            if event == "done" and not stdio:
+              cap.done = True
             if stdio or event not in ("order", "result"):
               continue
             if event == "order":
@@ -739,6 +762,15 @@ class ForkServer:
             else:
               test_deadline = None
               cap.in_test = None
+    if cap.done and cap.killed is None:
+      # The job flushed its streams before "done": what they hold now is
+      # all of its output. The process is killed after the reply.
+      for fd in (out_r, err_r):
+        if fd in open_fds:
+          self._drain(fd, buffers[fd], limits[fd], cap)
+      self._unfinished = (pid, list(open_fds))
+      self._mark("run")
+      return cap
     for fd in open_fds:
       os.close(fd)
     self._mark("run")
@@ -757,6 +789,67 @@ class ForkServer:
         cap.exit_code = os.waitstatus_to_exitcode(status)
     self.statuses.clear()
     return cap
+
+  @staticmethod
+  def _drain(fd: int, buffer: bytearray, limit: int, cap: _Capture) -> None:
+    """Reads what a pipe holds now, without waiting for more."""
+    os.set_blocking(fd, False)
+    try:
+      while len(buffer) <= limit:
+        data = os.read(fd, 65536)
+        if not data:
+          break
+        buffer += data
+    except BlockingIOError:
+      pass
+    if len(buffer) > limit:
+      cap.killed = "output_limit"
+
+  def _finish_unfinished(self) -> bool:
+    """Kills the finished job process and waits for the zygote to reap it."""
+    if self._unfinished is None:
+      return True
+    pid, fds = self._unfinished
+    self._unfinished = None
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+      try:
+        kill(target, signal.SIGKILL)
+      except OSError:
+        pass
+    for fd in fds:
+      os.close(fd)
+    deadline = time.monotonic() + _KILL_TIMEOUT_S
+    while pid not in self.statuses:
+      self._reap()
+      remaining = deadline - time.monotonic()
+      if remaining <= 0:
+        return False
+      self._zygote_messages(timeout=min(remaining, 0.05))
+    self.statuses.clear()
+    return True
+
+  def after_job(self) -> None:
+    """After a reply: no process or file of the job left, a spare coming.
+
+    Runs before the next job is read; a failure marks the sandbox unclean
+    and the next job is refused.
+    """
+    start = self._last_mark = time.monotonic()
+    self.phases = {}
+    try:
+      self.clean &= self._finish_unfinished()
+      self._mark("reap")
+      self.clean &= self.kill_job_processes(None)
+      self._mark("kill")
+      self.clean &= self._wipe_scratch_root()
+      self._mark("cleanup")
+      if self.clean:
+        self._ensure_spare()
+    except Exception:
+      self.clean = False
+      self.cleanup_error = _short(traceback.format_exc())
+    self.after_s = time.monotonic() - start
+    self.after_phases = self.phases
 
   # -- jobs --
 
@@ -810,22 +903,10 @@ class ForkServer:
     budget = {"stdout": cap_bytes, "stderr": cap_bytes, "result": cap_bytes}
     scratch = self._scratch()
     self._mark("scratch")
-    try:
-      if job["kind"] == "function":
-        reply = self._run_function(job, scratch, job_deadline, budget)
-      else:
-        reply = self._run_stdio(job, scratch, job_deadline, budget)
-    except BaseException:
-      # Normally each run's supervision kills its processes; not here.
-      self.clean &= self.kill_job_processes(None)
-      raise
-    finally:
-      self.clean &= self._wipe_scratch_root()
-      self._mark("cleanup")
-      # The next job's spare is forked now, not while this job ran: on a
-      # busy machine a fork beside the job slowed the job down more than
-      # it saved, and the zygote could not report the job's exit meanwhile.
-      self._ensure_spare()
+    if job["kind"] == "function":
+      reply = self._run_function(job, scratch, job_deadline, budget)
+    else:
+      reply = self._run_stdio(job, scratch, job_deadline, budget)
     reply.update(
       id=job["id"],
       duration_s=time.monotonic() - start,
@@ -936,6 +1017,17 @@ class ForkServer:
       "tests": tests,
     }
 
+  def _refuse(self, job) -> dict:
+    """The reply to a job that arrives after a failed clean-up."""
+    return {
+      "id": job.get("id") if isinstance(job, dict) else None,
+      "status": "sandbox_error",
+      "reason": "the sandbox could not clean up after the previous job: "
+      + (self.cleanup_error or "processes or files of it survived"),
+      "clean": False,
+      "refused": True,
+    }
+
   def serve(self) -> None:
     """Answers jobs until end of file on the input."""
     wire.write_frame(
@@ -951,8 +1043,14 @@ class ForkServer:
       job = wire.read_frame(self.in_fd)
       if job is None:
         break
+      if not self.clean:
+        wire.write_frame(self.out_fd, self._refuse(job))
+        continue
       try:
         reply = self.run_job(job)
+        # What the previous job's clean-up took (after its reply).
+        reply["after_previous_s"] = self.after_s
+        reply["after_phases_s"] = self.after_phases
       except Exception:
         self.clean = False
         reply = {
@@ -962,6 +1060,8 @@ class ForkServer:
           "clean": False,
         }
       wire.write_frame(self.out_fd, reply)
+      self.after_job()
+    self._finish_unfinished()
     self.kill_job_processes(None)
 
 

@@ -9,6 +9,10 @@ Each sandbox is `runsc run` on its own OCI bundle:
   `wire.py` at `/sandbox`;
 - a size-capped tmpfs at `/tmp` (owned by the untrusted uid; each job's
   scratch directory lives in it) and a root-owned one at `/dev/shm`;
+- no `/proc` for job processes: `/proc` is an empty read-only tmpfs, and
+  the forkserver's procfs sits under a root-only directory
+  (`SERVER_PROC`). This runsc ignores PR_SET_DUMPABLE and `hidepid`, and lets
+  any uid read every process's `environ`, `cmdline` and `maps`;
 - no network (`--network=none`: only a loopback of its own), an empty
   environment, its own pid/ipc/uts/mount namespaces;
 - the init process (the forkserver) runs as root with only CAP_SETUID,
@@ -51,6 +55,9 @@ from codeagent_rl.sandbox import worker
 ROOT_PREFIX = "codeagent_sandbox."
 GUEST_MOUNT = "/sandbox"
 SCRATCH_MOUNT = "/tmp"
+# The forkserver's procfs: mode 0700 root above it keeps job processes out.
+SERVER_PROC_PARENT = "/.forkserver"
+SERVER_PROC = SERVER_PROC_PARENT + "/proc"
 INSTALL_HINT = (
   "Install gVisor with `apt-get install -y runsc` (Debian/Ubuntu, as root),"
   " or pass --sandbox_backend=process to run jobs as plain subprocesses with"
@@ -164,11 +171,25 @@ def oci_spec(
     "uid": worker.UNTRUSTED_UID,
     "gid": worker.UNTRUSTED_GID,
     "kill_scope": "all",
+    "proc": SERVER_PROC,
   }
   argv = worker.guest_command(runtime.executable, GUEST_MOUNT, guest_config)
   tmpfs = ["nosuid", "nodev", "noexec"]
   mounts = [
-    {"destination": "/proc", "type": "proc", "source": "proc"},
+    # runsc adds a procfs at /proc when the spec has none: mask it.
+    {
+      "destination": "/proc",
+      "type": "tmpfs",
+      "source": "tmpfs",
+      "options": ["ro", *tmpfs, "size=4k", "mode=0555"],
+    },
+    {
+      "destination": SERVER_PROC_PARENT,
+      "type": "tmpfs",
+      "source": "tmpfs",
+      "options": [*tmpfs, "size=4k", "mode=0700"],
+    },
+    {"destination": SERVER_PROC, "type": "proc", "source": "proc"},
     {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
     {
       "destination": "/dev/shm",

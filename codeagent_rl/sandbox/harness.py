@@ -10,7 +10,9 @@ after `recycle_after` jobs, when the forkserver reports that it could not
 clean up after a job, and on any `SandboxError` (it died, hung or broke the
 protocol); the job in flight is then reported as `sandbox_error`, and the
 next job gets a fresh sandbox. Replacements start right after the result is
-delivered, so the pool stays warm.
+delivered, so the pool stays warm. A sandbox cleans up after a job once the
+job's reply is out; if that fails it refuses the next job, which then runs on
+a replacement.
 """
 
 from __future__ import annotations
@@ -208,6 +210,16 @@ class SandboxPool:
           uses = 0
         frame = job.to_frame(next(self._ids), self.config)
         reply = guest.run(frame, frame["timeout_s"])
+        if reply.get("refused") is True:
+          # The sandbox failed to clean up after its previous job and did
+          # not run this one: replace it and run the job there.
+          self._count("recycled")
+          guest.close()
+          guest = None
+          guest = self._launch()
+          uses = 0
+          frame = job.to_frame(next(self._ids), self.config)
+          reply = guest.run(frame, frame["timeout_s"])
         result = jobs.result_from_reply(reply, job, guest.name)
         uses += 1
         if reply.get("clean") is not True or uses >= self.config.recycle_after:

@@ -288,6 +288,7 @@ class ProcessLauncher:
       "uid": UNTRUSTED_UID if as_root else None,
       "gid": UNTRUSTED_GID if as_root else None,
       "kill_scope": "descendants",
+      "proc": "/proc",
       "parent_pid": os.getpid(),
     }
     return GuestProcess(

@@ -434,3 +434,30 @@ def test_process_backend_dies_with_its_host(tmp_path):
   proc.kill()
   proc.wait(timeout=10)
   assert _wait_until_gone(scratch) == []
+
+
+def test_failed_cleanup_refuses_next_job_which_runs_on_a_replacement():
+  # The process backend as root: jobs run as the untrusted uid, and the
+  # server empties the scratch area as that uid, so a root-owned directory
+  # with a file in it cannot be removed: the clean-up after a job fails.
+  assert os.geteuid() == 0, "sandbox tests run as root (gVisor needs it)"
+  config = config_lib.SandboxConfig(
+    backend="process", pool_size=1, timeout_s=4.0, test_timeout_s=1.0
+  )
+  with harness.SandboxPool(config) as pool:
+    where = pool.run(
+      jobs.Job.program("import os\nprint(os.path.dirname(os.getcwd()))")
+    )
+    stuck = pathlib.Path(where.stdout.strip()) / "stuck"
+    stuck.mkdir()
+    (stuck / "file").write_text("root's")
+    before = dict(pool.stats)
+    job = jobs.Job.function("def f(x):\n  return -x\n", "f", [([4], {})])
+    results = [pool.run(job) for _ in range(3)]
+    assert [r.status for r in results] == [OK] * 3, results
+    assert [r.tests[0].output for r in results] == [-4] * 3
+    # One job was refused by the unclean sandbox and ran on a replacement.
+    assert pool.stats["recycled"] == before["recycled"] + 1, pool.stats
+    assert pool.stats["sandboxes_started"] == before["sandboxes_started"] + 1
+    assert pool.stats["sandbox_errors"] == before["sandbox_errors"]
+    assert pool.stats["jobs"] == before["jobs"] + 3

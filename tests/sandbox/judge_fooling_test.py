@@ -200,30 +200,32 @@ def test_stack_gc_and_memory_walks_find_no_expected_value(
   on the host it finds nothing.
   """
   code = f"""
-import ctypes, gc, hashlib, re, sys
+import ctypes, gc, hashlib, os, re, sys
 WANT = set({_digests(secrets_table)!r})
 def digest(value):
   return hashlib.sha256(str(value).encode()).hexdigest()
 def scan_memory():
-  # setuid made this process non-dumpable; undo that to read its own memory.
-  ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+  # Jobs have no /proc (no maps, no mem). Every 1 MiB chunk of the address
+  # space that holds a live object (its heap arenas, the interpreter's data)
+  # is read page by page through a pipe: write(2) from an unmapped page
+  # fails with EFAULT instead of crashing.
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+  r, w = os.pipe()
+  chunks = {{id(o) >> 20 for o in gc.get_objects()}}
+  chunks |= {{id(v) >> 20 for v in (int, str, None, sys, os)}}
   found, scanned = [], 0
-  with open("/proc/self/maps") as maps:
-    regions = [line.split() for line in maps]
-  with open("/proc/self/mem", "rb", 0) as mem:
-    for region in regions:
-      if "r" not in region[1]:
-        continue
-      start, end = (int(x, 16) for x in region[0].split("-"))
-      try:
-        mem.seek(start)
-        data = mem.read(min(end - start, 64 << 20))
-      except (OSError, OverflowError, ValueError):
-        continue
-      scanned += len(data)
-      for m in re.finditer(rb"\\d{{18,19}}", data):
-        if digest(int(m.group())) in WANT:
-          found.append(int(m.group()))
+  for chunk in sorted(chunks):
+    data = bytearray()
+    for page in range(chunk << 20, (chunk + 1) << 20, 4096):
+      if libc.write(w, page, 4096) == 4096:
+        data += os.read(r, 4096)
+      else:
+        data += bytes(1)  # a gap: no match across it
+    scanned += len(data)
+    for m in re.finditer(rb"\\d{{18,19}}", data):
+      if digest(int(m.group())) in WANT:
+        found.append(int(m.group()))
   print("SCANNED", scanned)
   return found
 def walk():
@@ -254,7 +256,7 @@ def f(i):
   assert result.status == types.JobStatus.OK, result.to_json()
   assert "NOTHING []" in result.result.stdout, result.result.stdout
   scanned = int(result.result.stdout.split("SCANNED ")[1].split()[0])
-  assert scanned > 10 << 20  # it did read its whole address space
+  assert scanned > 4 << 20  # it did read the memory around every object
   assert_fooled_nobody(result)
   # The search is real: it finds a secret that *is* in the sandbox, both as
   # an object and as digits in memory.

@@ -15,6 +15,7 @@ import socket
 import pytest
 
 from codeagent_rl import types
+from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import worker
 
@@ -56,17 +57,21 @@ def run_program(pool, code: str, **limits) -> jobs.JobResult:
   return pool.run(jobs.Job.program(code, **limits))
 
 
+# Jobs have no /proc, so a job finds the other processes by sending signal 0
+# to every pid up to a little past its own: "job" when it may signal it (the
+# same uid; a zombie too), "other" when it exists but belongs to another uid.
 PROCESS_LIST = """
 def processes():
   out = {}
-  for name in os.listdir("/proc"):
-    if name.isdigit() and int(name) != os.getpid():
+  for pid in range(1, os.getpid() + 256):
+    if pid != os.getpid():
       try:
-        with open(f"/proc/{name}/status") as f:
-          fields = dict(l.split(":", 1) for l in f if ":" in l)
-      except OSError:
-        continue
-      out[name] = (int(fields["Uid"].split()[0]), fields["State"].split()[0])
+        os.kill(pid, 0)
+        out[str(pid)] = "job"
+      except PermissionError:
+        out[str(pid)] = "other"
+      except ProcessLookupError:
+        pass
   return out
 """
 
@@ -92,8 +97,8 @@ def assert_clean_sandbox(pool) -> None:
   others = state["others"]
   # The server (init), the zygote and at most one spare, all root: no
   # process of an earlier job (uid 65534) is left, not even a zombie.
-  assert others.get("1", [None])[0] == 0, state
-  assert all(uid == 0 for uid, _ in others.values()), state
+  assert others.get("1") == "other", state
+  assert all(kind == "other" for kind in others.values()), state
   assert 2 <= len(others) <= 3, state
   assert state["scratch"] == [state["mine"]], state
   assert state["own_files"] == [], state
@@ -124,6 +129,7 @@ print(sorted(os.listdir("/")))
   # The root holds only the mount points of the binds and the sandbox's own
   # file systems: no /etc, /home, /root or the repository.
   assert set(eval(lines[1])) <= {
+    gvisor.SERVER_PROC_PARENT.lstrip("/"),  # root-only: the server's procfs
     "dev",
     "lib",
     "lib64",
@@ -142,13 +148,16 @@ def test_host_environment_is_invisible(pool, env_canary):
 import os
 print(dict(os.environ))
 for p in ["/proc/self/environ", "/proc/1/environ"]:
-  print(open(p, "rb").read())
+  try:
+    print(open(p, "rb").read())
+  except OSError as e:
+    print(type(e).__name__)
 """
   result = run_program(pool, code)
   assert result.status == OK, result
   assert value not in result.stdout + result.stderr
   assert name not in result.stdout
-  assert result.stdout.splitlines()[0] == "{}"
+  assert result.stdout.splitlines() == ["{}"] + ["FileNotFoundError"] * 2
 
 
 def test_cannot_reach_host_listener(pool):
@@ -392,7 +401,26 @@ print(json.dumps({"files": os.listdir("."), "tmp": os.listdir("/tmp"),
   assert state["files"] == []
   assert len(state["tmp"]) == 1
   # Nothing but the server, zygote and spare (root) besides this job.
-  assert all(uid == 0 for uid, _ in state["procs"].values()), state
+  assert all(kind == "other" for kind in state["procs"].values()), state
+  assert_clean_sandbox(pool)
+
+
+def test_function_job_daemon_dies_before_next_job(pool):
+  # A function job's reply goes out before its processes are killed; a
+  # daemon in a session of its own must still be gone when the next job runs.
+  code = """
+import os, time
+if os.fork() == 0:
+  os.setsid()
+  if os.fork() == 0:
+    time.sleep(30)
+  os._exit(0)
+def f(x):
+  return x + 1
+"""
+  result = pool.run(jobs.Job.function(code, "f", [([1], {}), ([2], {})]))
+  assert result.status == OK, result
+  assert [t.output for t in result.tests] == [2, 3]
   assert_clean_sandbox(pool)
 
 
@@ -444,48 +472,55 @@ print(mine, planted)
 
 
 def test_forkserver_proc_entries(pool, env_canary, host_canary):
-  code = """
-import json, os
-out = {}
-def attempt(name, fn):
+  """No /proc entry of the server, the zygote or a spare is readable.
+
+  This runsc lets any uid read every process's environ, cmdline, maps and
+  status, and ignores PR_SET_DUMPABLE and hidepid; so jobs get an empty
+  /proc, and the server's procfs sits under a root-only directory.
+  """
+  code = (
+    "import json, os\n"
+    + PROCESS_LIST
+    + f"""
+names = ("environ", "cmdline", "maps", "status", "stat", "mem", "auxv",
+         "fd", "cwd", "root", "exe")
+others = processes()
+out = {{"proc": os.listdir("/proc"), "others": others}}
+for base in ("/proc", {gvisor.SERVER_PROC!r}):
+  for pid in [*others, "self", str(os.getpid())]:
+    for name in names:
+      path = f"{{base}}/{{pid}}/{{name}}"
+      try:
+        with open(path, "rb") as f:
+          out[path] = f.read(4096).decode("latin-1")
+      except OSError as e:
+        out[path] = type(e).__name__
+for path in ({gvisor.SERVER_PROC_PARENT!r}, {gvisor.SERVER_PROC!r}):
   try:
-    fn()
-    out[name] = "ok"
+    out[path] = os.listdir(path)
   except OSError as e:
-    out[name] = type(e).__name__
-attempt("mem", lambda: open("/proc/1/mem", "rb").read(1))
-attempt("cwd", lambda: os.listdir("/proc/1/cwd"))
-attempt("root", lambda: os.listdir("/proc/1/root"))
-attempt("exe", lambda: open("/proc/1/exe", "rb").read(1))
-for fd in sorted(os.listdir("/proc/1/fd"), key=int):
-  path = f"/proc/1/fd/{fd}"
-  if os.readlink(path) in ("/dev/null",) or "memfd" in os.readlink(path):
-    continue
-  for mode, flag in (("r", os.O_RDONLY), ("w", os.O_WRONLY)):
-    opener = lambda: os.close(os.open(path, flag | os.O_NONBLOCK))
-    attempt(f"fd{fd}{mode}", opener)
-readable = {}
-for name in ("environ", "cmdline", "maps", "status"):
-  try:
-    readable[name] = open(f"/proc/1/{name}", "rb").read().decode("latin-1")
-  except OSError as e:
-    readable[name] = type(e).__name__
-print(json.dumps({"attempts": out, "readable": readable}))
+    out[path] = type(e).__name__
+print(json.dumps(out))
 """
+  )
   result = run_program(pool, code)
   assert result.status == OK, result
   report = json.loads(result.stdout)
-  attempts = report["attempts"]
-  for name in ("mem", "cwd", "root", "exe"):
-    assert attempts.pop(name) == "PermissionError", name
-  # Every pipe and socket of the server (the host protocol on its private
-  # descriptors, the zygote's socket, the jobs' pipes) refuses to open, for
-  # read or write (a socket gives ENXIO, an OSError).
-  assert len(attempts) >= 6, attempts
-  assert set(attempts.values()) <= {"PermissionError", "OSError"}, attempts
-  assert "PermissionError" in attempts.values()
-  # gVisor lets any uid read these (Linux would not); they hold no secret.
-  text = json.dumps(report["readable"])
+  assert report.pop("proc") == [], report
+  # The server (pid 1) and the zygote exist; the probe did look at them.
+  others = report.pop("others")
+  assert others.get("1") == "other" and len(others) >= 2, others
+  assert report.pop(gvisor.SERVER_PROC_PARENT) == "PermissionError"
+  assert report.pop(gvisor.SERVER_PROC) == "PermissionError"
+  assert len(report) == 2 * (len(others) + 2) * 11, sorted(report)
+  for path, outcome in report.items():
+    expected = (
+      "PermissionError"
+      if path.startswith(gvisor.SERVER_PROC)
+      else "FileNotFoundError"
+    )
+    assert outcome == expected, (path, outcome)
+  text = json.dumps(report)
   assert env_canary[1] not in text
   assert host_canary[1] not in text
 
@@ -495,7 +530,8 @@ def test_symlinks_out_of_scratch(pool, host_canary):
   code = f"""
 import os
 targets = {{"canary": {str(path)!r}, "root": "/", "up": "../..",
-            "guest": "/sandbox/guest.py", "forkserver_root": "/proc/1/root",
+            "guest": "/sandbox/guest.py",
+            "forkserver_root": {gvisor.SERVER_PROC + "/1/root"!r},
             "python": "/usr/lib"}}
 for name, target in targets.items():
   os.symlink(target, name)
@@ -559,33 +595,41 @@ for d in ["/tmp", "/", "/usr", "/usr/lib", "/sandbox", "/dev/shm"]:
 
 
 def test_job_holds_only_its_own_descriptors(pool):
+  # No /proc/self/fd in a job: fstat every descriptor the server could own.
   code = """
-import os
-extra = []
-for fd in sorted(int(fd) for fd in os.listdir("/proc/self/fd")):
+import os, stat
+fds = {}
+for fd in range(4096):
   try:
-    extra.append((fd, os.readlink(f"/proc/self/fd/{fd}")))
-  except FileNotFoundError:  # the listing's own descriptor, closed by now
-    pass
-print(extra)
+    mode = os.fstat(fd).st_mode
+  except OSError:
+    continue
+  fds[fd] = ("fifo" if stat.S_ISFIFO(mode) else
+             "file" if stat.S_ISREG(mode) else oct(stat.S_IFMT(mode)))
+print(fds)
 """
   result = run_program(pool, code)
   assert result.status == OK, result
-  fds = dict(eval(result.stdout))
-  # stdin, stdout, stderr and the result pipe: nothing of the server, the
-  # zygote or the host.
-  assert sorted(fds) == [0, 1, 2, 3], fds
-  assert fds[0].startswith("/memfd:stdin"), fds
-  assert all(fds[fd].startswith("pipe:") for fd in (1, 2, 3)), fds
+  fds = eval(result.stdout)
+  # stdin (a memfd), stdout, stderr and the result pipe: nothing of the
+  # server, the zygote or the host.
+  assert fds == {0: "file", 1: "fifo", 2: "fifo", 3: "fifo"}, fds
 
 
 def test_sandbox_processes_have_no_capabilities(pool):
   code = """
-import os
-status = open("/proc/self/status").read()
-caps = {l.split(":")[0]: l.split()[1] for l in status.splitlines()
-        if l.startswith("Cap")}
-print(os.getuid(), os.getgid(), os.getgroups(), caps["CapEff"], caps["CapPrm"])
+import ctypes, os
+class Header(ctypes.Structure):
+  _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class Data(ctypes.Structure):
+  _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+              ("inheritable", ctypes.c_uint32)]
+header, data = Header(0x20080522, 0), (Data * 2)()  # capget v3, this process
+assert ctypes.CDLL(None).capget(ctypes.byref(header), data) == 0
+def caps(field):
+  return getattr(data[0], field) | getattr(data[1], field) << 32
+print(os.getuid(), os.getgid(), os.getgroups(),
+      f"{caps('effective'):016x}", f"{caps('permitted'):016x}")
 try:
   os.setuid(0)
 except OSError as e:
