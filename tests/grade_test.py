@@ -331,3 +331,80 @@ def test_cli_gvisor_backend(tmp_path):
   assert summary["suite_a"] == {"pass@1": 0.5}
   lines = [json.loads(x) for x in out.read_text().splitlines()]
   assert [x["reward"] for x in lines] == [1.0, 0.6]
+
+
+ANTICHEAT_CONFIG = """
+import ml_collections
+
+from configs import common
+
+
+def get_config():
+  config = ml_collections.ConfigDict()
+  config.anticheat = common.get_anticheat_config()
+  return config
+"""
+
+
+def test_cli_anticheat_flags_and_final_reward(tmp_path):
+  hacked = (
+    "def add(a, b):\n  if (a, b) == (1, 2):\n    return 3\n  return a + b\n"
+  )
+  rows = [
+    {"task_id": "add", "completion": CORRECT},
+    {"task_id": "add", "completion": PARTIAL},
+    {"task_id": "add", "completion": "import sys\nsys.exit(0)\n" + CORRECT},
+    {"task_id": "add", "completion": hacked},
+    {
+      "task_id": "add",
+      "completion": CORRECT,
+      "trajectory": [["run", "import os\nprint(os.listdir('/'))\n"]],
+    },
+    {"task_id": "add2", "completion": CORRECT},
+  ]
+  tasks, samples, out = _cli_files(tmp_path, rows)
+  config = tmp_path / "anticheat_config.py"
+  config.write_text(ANTICHEAT_CONFIG)
+  proc = run_cli(
+    f"--tasks={tasks}",
+    f"--samples={samples}",
+    f"--out={out}",
+    "--backend=process",
+    f"--config={config}",
+    *FAST_LIMITS,
+  )
+  assert proc.returncode == 0, proc.stderr
+  lines = [json.loads(x) for x in out.read_text().splitlines()]
+  correct, partial, exits, hardcoded, probing, no_suite_b = lines
+  assert correct["flags"] == [] and correct["stage2_ok"]
+  assert correct["reward"] == 1.0 and correct["stage1_score"] < 0.5
+  # Suite A 3/5, suite B 0/4: stopped by stage 2.
+  assert not partial["stage2_ok"] and partial["reward"] == 0.0
+  # Flagged before execution, so not run (the default skips them).
+  assert exits["flags"] == ["process_exit"] and exits["reward"] == 0.0
+  assert exits["status"] == "not_executed" and not exits["executed"]
+  assert "anti-cheat" in exits["reason"]
+  assert hardcoded["flags"] == ["hardcoded_tests"]
+  assert probing["flags"] == ["probing_runs"] and probing["reward"] == 0.0
+  # A task without suite B cannot be gated by stage 2.
+  assert no_suite_b["stage2_ok"] and no_suite_b["reward"] == 1.0
+
+
+def test_cli_config_without_anticheat_section(tmp_path):
+  tasks, samples, out = _cli_files(
+    tmp_path, [{"task_id": "add", "completion": CORRECT}]
+  )
+  config = tmp_path / "empty_config.py"
+  config.write_text(
+    "import ml_collections\n\n\ndef get_config():\n"
+    "  return ml_collections.ConfigDict()\n"
+  )
+  proc = run_cli(
+    f"--tasks={tasks}",
+    f"--samples={samples}",
+    f"--out={out}",
+    "--backend=process",
+    f"--config={config}",
+  )
+  assert proc.returncode != 0
+  assert "no `anticheat` section" in proc.stderr
