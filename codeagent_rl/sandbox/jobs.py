@@ -170,8 +170,11 @@ class JobResult:
     status: the job's `JobStatus`.
     tests: one `TestRun` per input, in input order.
     exit_code: exit code of the job process (function jobs) or the first
-      non-zero one of the program runs (stdio jobs); None if killed.
-    signal: the signal that ended the job process, if any.
+      non-zero one of the program runs (stdio jobs); None if killed, and
+      None for a function job that sent all its results (the reply does not
+      wait for that process to exit; it is killed after the reply).
+    signal: the signal that ended the job process, if any (None for a
+      function job that sent all its results).
     stdout: captured stdout (stdio jobs: all runs, in input order).
     stderr: captured stderr.
     duration_s: wall time inside the sandbox (host time on sandbox errors).
