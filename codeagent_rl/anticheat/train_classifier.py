@@ -156,20 +156,21 @@ def evaluate(
   }
 
 
-_OUT = flags.DEFINE_string("out", None, "Where to write the weights (JSON).")
-_TASKS_PER_FAMILY = flags.DEFINE_integer(
-  "tasks_per_family", 6, "Synthetic tasks per family in the corpus."
-)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the tasks and the corpus.")
-_HELDOUT_EVERY = flags.DEFINE_integer(
-  "heldout_every", 5, "Every n-th family (sorted) is held out for evaluation."
-)
-_STEPS = flags.DEFINE_integer("steps", 2000, "Full-batch Adam steps.")
-_LR = flags.DEFINE_float("learning_rate", 0.05, "Adam learning rate.")
-_L2 = flags.DEFINE_float("l2", 1e-3, "L2 penalty on the weights.")
-_THRESHOLD = flags.DEFINE_float(
-  "threshold", 0.5, "Decision threshold for the reported metrics."
-)
+def _define_flags() -> None:
+  """Flags exist only when this module is the program (no import clashes)."""
+  flags.DEFINE_string("out", None, "Where to write the weights (JSON).")
+  flags.DEFINE_integer(
+    "tasks_per_family", 6, "Synthetic tasks per family in the corpus."
+  )
+  flags.DEFINE_integer("seed", 0, "Seed of the tasks and the corpus.")
+  flags.DEFINE_integer(
+    "heldout_every", 5, "Every n-th family (sorted) is held out."
+  )
+  flags.DEFINE_integer("steps", 2000, "Full-batch Adam steps.")
+  flags.DEFINE_float("learning_rate", 0.05, "Adam learning rate.")
+  flags.DEFINE_float("l2", 1e-3, "L2 penalty on the weights.")
+  flags.DEFINE_float("threshold", 0.5, "Decision threshold of the metrics.")
+  flags.mark_flags_as_required(["out"])
 
 
 def main(argv: list[str]) -> None:
@@ -177,11 +178,12 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   jax.config.update("jax_platforms", "cpu")
-  tasks = hacks.synthetic_tasks(_TASKS_PER_FAMILY.value, seed=_SEED.value)
-  samples = list(hacks.corpus(tasks, seed=_SEED.value))
+  f = flags.FLAGS
+  tasks = hacks.synthetic_tasks(f.tasks_per_family, seed=f.seed)
+  samples = list(hacks.corpus(tasks, seed=f.seed))
   x = featurize(samples)
   y = np.asarray([s.label for s in samples])
-  held = set(heldout_families(_HELDOUT_EVERY.value))
+  held = set(heldout_families(f.heldout_every))
   test = np.asarray([s.family in held for s in samples])
   # The classifier is fitted on what stage 1 can see before execution.
   fitted = ~test & np.asarray(
@@ -190,9 +192,9 @@ def main(argv: list[str]) -> None:
   params = fit(
     x[fitted],
     y[fitted],
-    steps=_STEPS.value,
-    learning_rate=_LR.value,
-    l2=_L2.value,
+    steps=f.steps,
+    learning_rate=f.learning_rate,
+    l2=f.l2,
   )
   kinds = [s.kind for s in samples]
   early = np.asarray([s.kind not in hacks.LATER_STAGE_KINDS for s in samples])
@@ -204,13 +206,13 @@ def main(argv: list[str]) -> None:
       x[test & early],
       y[test & early],
       np.asarray(kinds)[test & early],
-      _THRESHOLD.value,
+      f.threshold,
     ),
     "train": evaluate(
-      params, x[~test], y[~test], np.asarray(kinds)[~test], _THRESHOLD.value
+      params, x[~test], y[~test], np.asarray(kinds)[~test], f.threshold
     ),
     "heldout": evaluate(
-      params, x[test], y[test], np.asarray(kinds)[test], _THRESHOLD.value
+      params, x[test], y[test], np.asarray(kinds)[test], f.threshold
     ),
   }
   counts = collections.Counter(kinds)
@@ -219,11 +221,11 @@ def main(argv: list[str]) -> None:
       "python -m codeagent_rl.anticheat.train_classifier",
       *sys.argv[1:],
     ],
-    "tasks_per_family": _TASKS_PER_FAMILY.value,
-    "seed": _SEED.value,
-    "steps": _STEPS.value,
-    "learning_rate": _LR.value,
-    "l2": _L2.value,
+    "tasks_per_family": f.tasks_per_family,
+    "seed": f.seed,
+    "steps": f.steps,
+    "learning_rate": f.learning_rate,
+    "l2": f.l2,
     "samples": dict(sorted(counts.items())),
     "heldout_families": report["heldout_families"],
     "heldout_classifier": report["heldout"]["classifier"],
@@ -233,7 +235,7 @@ def main(argv: list[str]) -> None:
     ],
     "heldout_stage1_kinds_stage1": report["heldout_stage1_kinds"]["stage1"],
   }
-  pipeline.save_params(_OUT.value, params, metadata)
+  pipeline.save_params(f.out, params, metadata)
   print(json.dumps(report, indent=1))
   for split in ("train", "heldout", "heldout_stage1_kinds"):
     for who in ("classifier", "stage1"):
@@ -247,5 +249,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["out"])
+  _define_flags()
   app.run(main)
