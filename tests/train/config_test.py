@@ -1,0 +1,150 @@
+"""A bad trainer config stops early, with a message naming the field."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from codeagent_rl.train import experiment
+from configs import tiny
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _smoke() -> ml_collections.ConfigDict:
+  return tiny.get_config("smoke")
+
+
+def test_smoke_config_is_valid():
+  exp = experiment.Experiment.from_config(_smoke())
+  assert exp.ppo.rollouts_per_iteration == 8
+  assert exp.eval.modes == ("greedy", "sampled")
+  assert exp.uses_critic
+
+
+@pytest.mark.parametrize(
+  "section,field,value,match",
+  [
+    ("ppo", "epochs", 0, r"config\.ppo\.epochs=0"),
+    ("ppo", "minibatches", 3, r"config\.ppo\.minibatches=3: must divide"),
+    ("ppo", "micro_batch_size", 3, r"config\.ppo\.micro_batch_size=3"),
+    ("ppo", "critic_warmup_iterations", -1, r"ppo\.critic_warmup_iter"),
+    (
+      "data",
+      "difficulty_weights",
+      (0.0, 0.0, 0.0),
+      r"config\.data: .*difficulty_weights",
+    ),
+    (
+      "data",
+      "difficulty_weights",
+      (1.0, -1.0, 0.0),
+      r"config\.data: .*difficulty_weights",
+    ),
+    ("data", "num_eval_tasks", 0, r"config\.data\.num_eval_tasks=0"),
+    ("sampling", "top_p", 1.5, r"config\.sampling\.top_p=1\.5"),
+    ("sampling", "top_p", 0.0, r"config\.sampling\.top_p=0\.0"),
+    ("sampling", "temperature", 0.0, r"config\.sampling\.temperature=0\.0"),
+    ("sft", "batch_size", 0, r"config\.sft\.batch_size=0"),
+    ("sft", "learning_rate", -1.0, r"config\.sft\.learning_rate=-1\.0"),
+    ("env", "max_turns", 0, r"env\.max_turns=0"),
+    ("model", "vocab_size", 256, r"config\.model\.vocab_size=256.*272"),
+    ("optim", "b2", 1.0, r"optim\.b2=1\.0"),
+    ("checkpoint", "keep", 0, r"checkpoint\.keep=0"),
+    ("rl.kl", "placement", "logits", r"rl\.kl\.placement='logits'"),
+  ],
+)
+def test_bad_value_is_rejected_naming_the_field(section, field, value, match):
+  config = _smoke()
+  node = config
+  for part in section.split("."):
+    node = node[part]
+  node[field] = value
+  with pytest.raises(ValueError, match=match):
+    experiment.Experiment.from_config(config)
+
+
+def test_eval_needs_a_mode():
+  config = _smoke()
+  config.eval.greedy = False
+  config.eval.sampled = False
+  with pytest.raises(ValueError, match=r"config\.eval: greedy and sampled"):
+    experiment.Experiment.from_config(config)
+  config.eval.sampled = True  # one mode is enough
+  exp = experiment.Experiment.from_config(config)
+  assert exp.eval.modes == ("sampled",)
+
+
+def test_unknown_and_missing_sections_are_named():
+  values = _smoke().to_dict()
+  values["ppo_extra"] = {"epochs": 1}
+  del values["eval"]
+  with pytest.raises(
+    ValueError, match=r"unknown sections \['ppo_extra'\].*\['eval'\]"
+  ):
+    experiment.Experiment.from_config(ml_collections.ConfigDict(values))
+
+
+def test_unknown_field_in_a_section_is_named():
+  values = _smoke().to_dict()
+  values["ppo"]["epoch"] = 1
+  with pytest.raises(ValueError, match=r"config\.ppo: unknown .*'epoch'"):
+    experiment.Experiment.from_config(ml_collections.ConfigDict(values))
+
+
+def test_bad_seed_is_named():
+  config = _smoke()
+  config.seed = -1
+  with pytest.raises(ValueError, match=r"config\.seed=-1"):
+    experiment.Experiment.from_config(config)
+
+
+def test_presets_parse():
+  exp = experiment.Experiment.from_config(
+    tiny.get_config("smoke,algo=grpo,seed=3")
+  )
+  assert exp.rl.advantage.estimator == "grpo"
+  assert exp.seed == 3
+  assert not exp.uses_critic
+  assert exp.ppo.iterations == tiny.get_config("smoke").ppo.iterations
+  default = experiment.Experiment.from_config(tiny.get_config("algo=rloo"))
+  assert default.rl.advantage.estimator == "rloo"
+  assert default.ppo.iterations == tiny.get_config().ppo.iterations
+  assert default.seed == 0
+
+
+@pytest.mark.parametrize("arg", ["huge", "smoke,algo=ppo", "seed=x"])
+def test_bad_preset_is_named(arg):
+  bad = arg.split(",")[-1]
+  with pytest.raises(ValueError, match=f"unknown preset '{bad}'"):
+    tiny.get_config(arg)
+
+
+def test_cli_rejects_a_bad_value_in_one_line(tmp_path):
+  workdir = tmp_path / "run"
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "codeagent_rl.main",
+      "--config=configs/tiny.py:smoke",
+      "--config.ppo.epochs=0",
+      f"--workdir={workdir}",
+      "--sandbox_backend=process",
+    ],
+    cwd=REPO_ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode != 0
+  assert "Traceback" not in proc.stderr
+  lines = [line for line in proc.stderr.splitlines() if line.strip()]
+  assert lines[-1].startswith("error: config.ppo.epochs=0"), proc.stderr
+  # The run stopped before it touched the workdir.
+  assert not workdir.exists()
