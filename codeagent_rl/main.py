@@ -37,13 +37,15 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   # CPU runs are float32 throughout; nothing to tune in jax.config here.
   jax.config.update("jax_default_matmul_precision", "highest")
+  config = _CONFIG.value
   try:  # bad values stop here, naming the field, before anything starts
-    experiment.Experiment.from_config(_CONFIG.value)
+    if "job" in config and config.job == "train":
+      experiment.Experiment.from_config(config)
     sandbox = harness.config_from_flags()
   except ValueError as e:
     sys.exit(f"error: {e}")
   try:
-    run.train_and_evaluate(_CONFIG.value, _WORKDIR.value, sandbox)
+    run.run_job(config, _WORKDIR.value, sandbox)
   except gvisor.RunscNotFoundError as e:
     sys.exit(str(e))
 

@@ -64,12 +64,16 @@ class Experiment:
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Experiment:
     """Validates every section; raises ValueError naming the bad field."""
-    expected = set(_SECTIONS) | {"preset", "seed", "rl"}
+    expected = set(_SECTIONS) | {"job", "preset", "seed", "rl"}
     unknown = sorted(set(config) - expected)
     missing = sorted(expected - set(config))
     if unknown or missing:
       raise ValueError(
         f"config: unknown sections {unknown}, missing sections {missing}."
+      )
+    if config.job != "train":
+      raise ValueError(
+        f"config.job={config.job!r}: a training experiment has job 'train'."
       )
     seed = config.seed
     if type(seed) is not int or seed < 0:

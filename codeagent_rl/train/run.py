@@ -39,6 +39,7 @@ from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.sandbox import config as sandbox_config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.train import data as data_lib
+from codeagent_rl.train import eval_job
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import metrics as metrics_lib
@@ -200,6 +201,23 @@ def train_and_evaluate(
   _write_json(workdir / SUMMARY, summary)
   console(summary["table"])
   return summary
+
+
+JOBS = ("train", "evaluate")
+
+
+def run_job(
+  config: ml_collections.ConfigDict,
+  workdir: str | os.PathLike[str],
+  sandbox: sandbox_config_lib.SandboxConfig,
+) -> dict[str, Any]:
+  """Dispatches on `config.job`: "train" or "evaluate" (eval_job.py)."""
+  job = config.job if "job" in config else None
+  if job == "train":
+    return train_and_evaluate(config, workdir, sandbox)
+  if job == "evaluate":
+    return eval_job.evaluate_checkpoint(config, workdir, sandbox)
+  raise ValueError(f"config.job={job!r}: expected one of {JOBS}.")
 
 
 def _eval_line(scalars: dict[str, float]) -> str:

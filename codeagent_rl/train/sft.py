@@ -31,7 +31,7 @@ from codeagent_rl.train import steps
 SFT_DIR = "sft"
 
 
-def _optim(exp: exp_lib.Experiment) -> state_lib.OptimConfig:
+def sft_optim(exp: exp_lib.Experiment) -> state_lib.OptimConfig:
   """`config.optim` with the SFT rate and warmup (critic unused)."""
   return state_lib.OptimConfig(
     actor_lr=exp.sft.learning_rate,
@@ -76,7 +76,7 @@ def run_sft(
     (actor params, final scalars {"sft/loss", "sft/token_accuracy", ...}).
   """
   workdir = pathlib.Path(workdir)
-  optim = _optim(exp)
+  optim = sft_optim(exp)
   rng = jax.random.key(exp.seed)
   init_rng = jax.random.fold_in(rng, 0)
   with sharding.axis_rules(mesh, rules):

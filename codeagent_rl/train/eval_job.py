@@ -1,0 +1,196 @@
+"""Evaluating a trained checkpoint on HumanEval through the sandbox.
+
+    python -m codeagent_rl.main --config=configs/eval_humaneval.py:tiny \
+        --workdir=/tmp/tiny
+
+The config is the training config of the run (so that the restore target
+matches what was saved) with `job = "evaluate"` and a `humaneval` section.
+The newest PPO checkpoint in the workdir is evaluated (the SFT checkpoint
+if PPO has not saved one). Tasks come from `humaneval.tasks_file`, or are
+converted now (tasks/humaneval.py: suite A is HumanEval's own `check`,
+suite B an augmented held-out suite) and cached as `humaneval.jsonl` in the
+workdir. The result, pass@1 on suite A (the HumanEval metric) and on A-and-B,
+greedy and sampled, goes to `eval_humaneval.json` and the console.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from typing import Any
+
+from absl import logging
+import jax
+import ml_collections
+
+from codeagent_rl.envs import code_env
+from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import sharding
+from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.sandbox import config as sandbox_config_lib
+from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import humaneval
+from codeagent_rl.tasks import schema
+from codeagent_rl.train import config as train_config
+from codeagent_rl.train import evaluate as eval_lib
+from codeagent_rl.train import experiment as exp_lib
+from codeagent_rl.train import ppo as ppo_lib
+from codeagent_rl.train import sft as sft_lib
+
+TASKS_CACHE = "humaneval.jsonl"
+RESULT = "eval_humaneval.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class HumanEvalConfig:
+  """Validated `config.humaneval`.
+
+  Attributes:
+    tasks_file: HumanEval tasks JSONL (from `python -m
+      codeagent_rl.tasks.humaneval --out=...`); "" converts them now.
+    num_tasks: evaluate the first N problems; 0 for all 164.
+    batch_size: episodes run together.
+  """
+
+  tasks_file: str
+  num_tasks: int
+  batch_size: int
+
+  def __post_init__(self):
+    if type(self.num_tasks) is not int or self.num_tasks < 0:
+      raise ValueError(
+        f"config.humaneval.num_tasks={self.num_tasks!r}: must be an integer"
+        " >= 0 (0: all)."
+      )
+    if type(self.batch_size) is not int or self.batch_size < 1:
+      raise ValueError(
+        f"config.humaneval.batch_size={self.batch_size!r}: must be an"
+        " integer >= 1."
+      )
+
+
+def _tasks(
+  cfg: HumanEvalConfig, workdir: pathlib.Path, pool: Any
+) -> list[schema.Task]:
+  path = pathlib.Path(cfg.tasks_file) if cfg.tasks_file else None
+  if path is None:
+    path = workdir / TASKS_CACHE
+    if not path.exists():
+      ids = None
+      if cfg.num_tasks:
+        ids = [f"HumanEval/{i}" for i in range(cfg.num_tasks)]
+      problems = humaneval.load_problems(ids)
+      tasks = humaneval.convert(pool, problems)
+      schema.write_tasks(path, tasks)
+  tasks = schema.read_tasks(path)
+  return tasks[: cfg.num_tasks] if cfg.num_tasks else tasks
+
+
+def restore_actor_params(
+  exp: exp_lib.Experiment, workdir: pathlib.Path, mesh, rules
+) -> tuple[Any, str]:
+  """The newest PPO actor params of a run, else its SFT params.
+
+  Returns:
+    (params, a description of the checkpoint).
+
+  Raises:
+    FileNotFoundError: the workdir has neither checkpoint.
+  """
+  cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
+  ppo_dir = workdir / ppo_lib.PPO_DIR
+  with sharding.axis_rules(mesh, rules):
+    actor, critic = jax.eval_shape(
+      lambda: state_lib.create_train_states(
+        exp.model, exp.optim, mesh, rules, jax.random.key(0)
+      )
+    )
+  actor_sh, critic_sh = state_lib.train_state_shardings(
+    exp.model, exp.optim, mesh, rules
+  )
+  actor = _with_shardings(actor, actor_sh)
+  critic = _with_shardings(critic, critic_sh) if exp.uses_critic else None
+  if ppo_dir.is_dir():
+    with ckpt_lib.Checkpointer(ppo_dir, cfg, read_only=True) as ckpt:
+      step = ckpt.latest_step()
+      if step is not None:
+        restored = ckpt.restore(
+          step, actor=actor, critic=critic, rng=jax.random.key(0)
+        )
+        return restored.actor.params, f"PPO iteration {step} ({ppo_dir})"
+  sft_dir = workdir / sft_lib.SFT_DIR
+  if sft_dir.is_dir():
+    sft_optim = sft_lib.sft_optim(exp)
+    sft_sh, _ = state_lib.train_state_shardings(
+      exp.model, sft_optim, mesh, rules
+    )
+    with sharding.axis_rules(mesh, rules):
+      sft_actor, _ = jax.eval_shape(
+        lambda: state_lib.create_train_states(
+          exp.model, sft_optim, mesh, rules, jax.random.key(0)
+        )
+      )
+    sft_actor = _with_shardings(sft_actor, sft_sh)
+    with ckpt_lib.Checkpointer(sft_dir, cfg, read_only=True) as ckpt:
+      step = ckpt.latest_step()
+      if step is not None:
+        restored = ckpt.restore(
+          step, actor=sft_actor, critic=None, rng=jax.random.key(0)
+        )
+        return restored.actor.params, f"SFT step {step} ({sft_dir})"
+  raise FileNotFoundError(
+    f"{workdir} has no PPO ({ppo_dir}) or SFT ({sft_dir}) checkpoint; train"
+    " first: python -m codeagent_rl.main --config=configs/tiny.py"
+    f" --workdir={workdir}"
+  )
+
+
+def _with_shardings(abstract, shardings):
+  return jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+    abstract,
+    shardings,
+  )
+
+
+def evaluate_checkpoint(
+  config: ml_collections.ConfigDict,
+  workdir: str | os.PathLike[str],
+  sandbox: sandbox_config_lib.SandboxConfig,
+  *,
+  console=print,
+) -> dict[str, Any]:
+  """Runs the evaluation job; returns (and writes) its result."""
+  he_cfg = train_config.section(HumanEvalConfig, config, "humaneval")
+  train_cfg = ml_collections.ConfigDict(config.to_dict())
+  del train_cfg["humaneval"]
+  train_cfg.job = "train"
+  exp = exp_lib.Experiment.from_config(train_cfg)
+  workdir = pathlib.Path(workdir)
+  mesh, rules = exp.make_mesh()
+  params, what = restore_actor_params(exp, workdir, mesh, rules)
+  console(f"evaluating {what} on HumanEval")
+  with harness.SandboxPool(sandbox) as pool:
+    tasks = _tasks(he_cfg, workdir, pool)
+    env = code_env.CodeEnv(pool, exp.tokenizer(), exp.env)
+    evaluator = eval_lib.Evaluator(
+      exp, env, tasks, batch_size=he_cfg.batch_size
+    )
+    scalars = evaluator(params, jax.random.key(exp.seed + 3))
+  result = {
+    "checkpoint": what,
+    "num_tasks": len(tasks),
+    **{k.replace("eval/", "humaneval/"): v for k, v in scalars.items()},
+  }
+  path = workdir / RESULT
+  path.write_text(json.dumps(result, indent=1, sort_keys=True))
+  for mode in exp.eval.modes:
+    console(
+      f"HumanEval ({len(tasks)} problems, {mode}): pass@1"
+      f" {result[f'humaneval/{mode}/pass_a']:.3f}, with held-out suite B"
+      f" {result[f'humaneval/{mode}/pass_ab']:.3f}"
+    )
+  logging.info("wrote %s", path)
+  return result
