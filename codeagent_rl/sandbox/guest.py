@@ -389,6 +389,20 @@ def _make_writable_and_retry(func, path, exc_info):
     pass
 
 
+def _empty_directory(root: str) -> bool:
+  """Deletes what `root` holds (links are not followed); True if empty."""
+  for name in os.listdir(root):
+    path = os.path.join(root, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, onerror=_make_writable_and_retry)
+    else:
+      try:
+        os.unlink(path)
+      except FileNotFoundError:
+        pass
+  return not os.listdir(root)
+
+
 def _ignore(func, path, exc_info):
   del func, path, exc_info
 
@@ -524,6 +538,8 @@ class ForkServer:
     self.after_s = 0.0
     self.after_phases = {}
     self.cleanup_error = ""
+    self.next_scratch = None  # made after a job, for the next one
+    self.used_scratch = None  # the scratch directory of the last job
     self.pending = 0  # spares requested, not yet reported
     self.sock, zygote_sock = socket.socketpair(
       socket.AF_UNIX, socket.SOCK_SEQPACKET
@@ -845,7 +861,9 @@ class ForkServer:
       self._mark("reap")
       self.clean &= self.kill_job_processes(None)
       self._mark("kill")
-      self.clean &= self._wipe_scratch_root()
+      used, self.used_scratch = self.used_scratch, None
+      if self.clean:
+        self.clean &= self._renew_scratch_root(used)
       self._mark("cleanup")
       if self.clean:
         self._ensure_spare()
@@ -874,6 +892,10 @@ class ForkServer:
     return _EffectiveIds(self.config["uid"], self.config["gid"])
 
   def _scratch(self) -> str:
+    """The job's scratch directory: made after the previous job, or now."""
+    path, self.next_scratch = self.next_scratch, None
+    if path is not None:
+      return path
     root = self.config["scratch_root"]
     path = os.path.join(root, os.urandom(8).hex())
     with self._as_job_user():
@@ -881,21 +903,27 @@ class ForkServer:
       os.mkdir(path, 0o700)
     return path
 
-  def _wipe_scratch_root(self) -> bool:
-    """Deletes everything under the scratch root; True when it is empty."""
+  def _renew_scratch_root(self, used: str | None) -> bool:
+    """Empties the scratch root and makes the next job's directory in it.
+
+    Runs when no job process is left. The directory `used` (the last job's)
+    usually is empty: removing it and finding the root empty is the fast
+    path. Returns False (and makes nothing) if the root cannot be emptied.
+    """
     root = self.config["scratch_root"]
     with self._as_job_user():
-      os.chmod(root, 0o700)
-      for name in os.listdir(root):
-        path = os.path.join(root, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-          shutil.rmtree(path, onerror=_make_writable_and_retry)
-        else:
-          try:
-            os.unlink(path)
-          except FileNotFoundError:
-            pass
-      return not os.listdir(root)
+      os.chmod(root, 0o700)  # a job owns the root and may have changed it
+      if used is not None:
+        try:
+          os.rmdir(used)
+        except OSError:
+          pass
+      if os.listdir(root) and not _empty_directory(root):
+        return False
+      path = os.path.join(root, os.urandom(8).hex())
+      os.mkdir(path, 0o700)
+      self.next_scratch = path
+    return True
 
   def run_job(self, job: dict) -> dict:
     """Runs one job; returns the reply frame (outputs, statuses, streams)."""
@@ -905,7 +933,7 @@ class ForkServer:
     job_deadline = start + job["timeout_s"]
     cap_bytes = job["max_output_bytes"]
     budget = {"stdout": cap_bytes, "stderr": cap_bytes, "result": cap_bytes}
-    scratch = self._scratch()
+    scratch = self.used_scratch = self._scratch()
     self._mark("scratch")
     if job["kind"] == "function":
       reply = self._run_function(job, scratch, job_deadline, budget)
