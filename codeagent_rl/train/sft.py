@@ -111,6 +111,48 @@ def run_sft(
     return actor.params, metrics
 
 
+def length_grouped_batches(
+  lengths: np.ndarray,
+  batch_size: int,
+  bucket: int,
+  max_width: int,
+  rng: np.random.Generator,
+):
+  """Endless (row indices, width) batches of demonstrations of similar length.
+
+  Rows are grouped by their length rounded up to `bucket`; each epoch
+  shuffles every group, cuts it into batches of `batch_size` (a group's
+  last, short batch is topped up with random rows of the same group, so
+  every batch has the same size and a group's width; a group smaller than
+  one batch joins the next wider group), and shuffles the
+  batch order. Padding a single-turn demonstration of 250 tokens to the
+  600 of the longest multi-turn one would more than double the cost of
+  SFT; this way a handful of widths compile and little is padding.
+  """
+  widths = np.asarray(
+    [data_lib.bucket_width(int(n), bucket, max_width) for n in lengths]
+  )
+  groups, carry = {}, np.empty((0,), np.int64)
+  for w in np.unique(widths):  # ascending; a group smaller than one batch
+    rows = np.concatenate([carry, np.flatnonzero(widths == w)])
+    carry = rows if len(rows) < batch_size else np.empty((0,), np.int64)
+    if not len(carry):  # joins the next wider one (never oversampled)
+      groups[w] = rows
+  if len(carry):  # the widest rows: the widest group takes their width
+    rows = groups.pop(max(groups)) if groups else np.empty((0,), np.int64)
+    groups[int(widths.max())] = np.concatenate([rows, carry])
+  while True:
+    epoch = []
+    for width, rows in groups.items():
+      rows = rng.permutation(rows)
+      short = -len(rows) % batch_size
+      if short:
+        rows = np.concatenate([rows, rng.choice(rows, short)])
+      epoch += [(chunk, int(width)) for chunk in rows.reshape(-1, batch_size)]
+    for k in rng.permutation(len(epoch)):
+      yield epoch[k]
+
+
 def _train(exp, arrays, actor, shardings, optim, mesh, rules, log_metrics=None):
   cfg = exp.sft
   model = transformer.Actor(exp.model)
@@ -122,21 +164,19 @@ def _train(exp, arrays, actor, shardings, optim, mesh, rules, log_metrics=None):
     out_shardings=(shardings, None),
     donate_argnums=(0,),
   )
-  n = arrays["tokens"].shape[0]
-  lengths = arrays["valid"].sum(axis=1)
-  width = data_lib.bucket_width(
-    int(lengths.max()), exp.ppo.length_bucket, arrays["tokens"].shape[1]
+  batches = length_grouped_batches(
+    arrays["valid"].sum(axis=1),
+    cfg.batch_size,
+    exp.ppo.length_bucket,
+    arrays["tokens"].shape[1],
+    np.random.default_rng([exp.seed, 0x5F7]),
   )
-  order_rng = np.random.default_rng([exp.seed, 0x5F7])
-  order = np.empty((0,), np.int64)
   start = time.perf_counter()
   window: list[dict[str, float]] = []
   metrics: dict[str, float] = {}
   with sharding.axis_rules(mesh, rules):
     for step in range(cfg.steps):
-      if len(order) < cfg.batch_size:
-        order = np.concatenate([order, order_rng.permutation(n)])
-      rows, order = order[: cfg.batch_size], order[cfg.batch_size :]
+      rows, width = next(batches)
       batch = {
         k: arrays[k][rows, :width] for k in ("tokens", "valid", "trainable")
       }
