@@ -38,15 +38,16 @@ Three kinds of process take part:
 The server enforces the per-test limit from outside as well (a child that
 ignores SIGALRM is killed), the job-level limit and the output caps. A
 function job's reply goes out as soon as its last result is in (the job
-process flushes its streams before it says "done"); everything else happens
-after the reply and before the next job is read: the server kills every
-remaining process of the job (in a sandbox: every process but itself, the
-zygote and the spare), waits until they are reaped, empties the scratch area
-and only then asks the zygote for the next spare (forking beside a running
-job slowed that job down), so a job that does not follow another at once
-finds a forked, warmed-up process waiting. If that clean-up fails, the next
-job is refused (`"refused": true`, nothing of it ran) and the host replaces
-the sandbox.
+process flushes its streams before it says "done"). As the reply goes out,
+the server asks the zygote for the next job's spare (never while a job runs:
+a fork beside a running job slowed it down), so a job that does not follow
+another at once finds a forked, warmed-up process waiting. Then, before it
+reads the next job, the server kills every remaining process of the job (in
+a sandbox: every process but itself, the zygote and the spares, which are
+root and out of the job's reach), empties the scratch area and makes the
+next job's directory; the next job starts once the zygote has reaped the
+last one. If that clean-up fails, the next job is refused (`"refused":
+true`, nothing of it ran) and the host replaces the sandbox.
 
 Nothing here decides whether an output is right: expected values never
 reach this process.
@@ -535,6 +536,7 @@ class ForkServer:
     self.statuses = {}
     self.spares = []  # (pid, [job_w, out_r, err_r, res_r]) forked ahead
     self._unfinished = None  # (pid, fds) of a finished, unkilled job
+    self._reaping = None  # a killed job process the zygote has to reap
     self.after_s = 0.0
     self.after_phases = {}
     self.cleanup_error = ""
@@ -594,6 +596,7 @@ class ForkServer:
       more: another job process of this job follows (a stdio job's next
         test): fork its spare now, while this one runs.
     """
+    self._await_reaped()
     for _ in range(3):
       while not self.spares:
         self._ensure_spare()
@@ -826,27 +829,40 @@ class ForkServer:
       cap.killed = "output_limit"
 
   def _finish_unfinished(self) -> bool:
-    """Kills the finished job process and waits for the zygote to reap it."""
+    """Kills the finished job process and every process of its job.
+
+    It does not wait for the zygote to reap the job process (the zygote
+    may be forking the next spare): a zombie is dead enough here, and the
+    next job starts only once it is reaped (`_await_reaped`), so that it
+    does not count against that job's RLIMIT_NPROC.
+    """
     if self._unfinished is None:
       return True
     pid, fds = self._unfinished
     self._unfinished = None
-    for kill, target in ((os.killpg, pid), (os.kill, pid)):
-      try:
-        kill(target, signal.SIGKILL)
-      except OSError:
-        pass
+    self._reaping = pid
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except OSError:
+      pass
     for fd in fds:
       os.close(fd)
+    return self.kill_job_processes(pid)
+
+  def _await_reaped(self) -> None:
+    """Waits until the zygote has reaped the previous job's process."""
+    pid, self._reaping = self._reaping, None
+    if pid is None:
+      return
     deadline = time.monotonic() + _KILL_TIMEOUT_S
     while pid not in self.statuses:
-      self._reap()
       remaining = deadline - time.monotonic()
       if remaining <= 0:
-        return False
+        raise RuntimeError(f"the zygote did not reap job process {pid}")
       self._zygote_messages(timeout=min(remaining, 0.05))
-    self.statuses.clear()
-    return True
+    # Exits of earlier jobs: none is needed again.
+    spares = {p for p, _ in self.spares}
+    self.statuses = {p: s for p, s in self.statuses.items() if p in spares}
 
   def after_job(self) -> None:
     """After a reply: no process or file of the job left, a spare coming.
@@ -865,8 +881,6 @@ class ForkServer:
       if self.clean:
         self.clean &= self._renew_scratch_root(used)
       self._mark("cleanup")
-      if self.clean:
-        self._ensure_spare()
     except Exception:
       self.clean = False
       self.cleanup_error = _short(traceback.format_exc())
@@ -1091,6 +1105,11 @@ class ForkServer:
           "reason": _short(traceback.format_exc()),
           "clean": False,
         }
+      if self.clean:
+        # The zygote forks the next job's spare while this reply travels
+        # and the server cleans up (not while a job runs: that slowed the
+        # job down). The spare is root, out of reach of what is left.
+        self._ensure_spare()
       wire.write_frame(self.out_fd, reply)
       self.after_job()
     self._finish_unfinished()

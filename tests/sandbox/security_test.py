@@ -76,6 +76,11 @@ def processes():
 """
 
 
+def run_probe(pool, code: str) -> jobs.JobResult:
+  """Runs a program that uses PROCESS_LIST: a signal per pid takes a while."""
+  return run_program(pool, code, test_timeout_s=pool.config.timeout_s)
+
+
 def sandbox_state(pool) -> dict:
   """What a fresh job sees: other processes and the scratch area."""
   code = (
@@ -87,7 +92,7 @@ print(json.dumps({"others": processes(), "scratch": os.listdir("/tmp"),
                   "own_files": os.listdir(".")}))
 """
   )
-  result = run_program(pool, code)
+  result = run_probe(pool, code)
   assert result.status == OK, result
   return json.loads(result.stdout)
 
@@ -394,7 +399,7 @@ print(json.dumps({"files": os.listdir("."), "tmp": os.listdir("/tmp"),
                   "procs": processes()}))
 """
   )
-  result = run_program(pool, victim)
+  result = run_probe(pool, victim)
   assert result.status == OK, result
   state = json.loads(result.stdout)
   assert marker not in result.stdout
@@ -503,7 +508,7 @@ for path in ({gvisor.SERVER_PROC_PARENT!r}, {gvisor.SERVER_PROC!r}):
 print(json.dumps(out))
 """
   )
-  result = run_program(pool, code)
+  result = run_probe(pool, code)
   assert result.status == OK, result
   report = json.loads(result.stdout)
   assert report.pop("proc") == [], report
