@@ -11,6 +11,7 @@ from codeagent_rl.parallel import checkpoint
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import state
 from codeagent_rl.rl import config as rl_config
+from codeagent_rl.train import experiment
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
 EXPERIMENTS = sorted(
@@ -49,6 +50,35 @@ def test_config_loads_and_validates(name):
         assert isinstance(cls.from_config(config[section]), cls)
     with pytest.raises(AttributeError):
       config.not_a_field = 1  # configs are locked
+
+
+# Presets of configs/tiny.py, alone and combined (module docstring there).
+TINY_PRESETS = [
+  None,
+  "smoke",
+  "algo=grpo",
+  "algo=rloo",
+  "algo=dr_grpo",
+  "smoke,algo=grpo",
+  "seed=1",
+  "smoke,seed=2,algo=rloo",
+]
+
+
+@pytest.mark.parametrize("arg", TINY_PRESETS)
+def test_tiny_validates_as_a_training_experiment(arg):
+  from configs import tiny
+
+  exp = experiment.Experiment.from_config(tiny.get_config(arg))
+  parts = dict(p.split("=") for p in (arg or "").split(",") if "=" in p)
+  assert exp.rl.advantage.estimator == parts.get("algo", "gae")
+  assert exp.uses_critic == (exp.rl.advantage.estimator == "gae")
+  assert exp.seed == int(parts.get("seed", 0))
+  assert exp.preset == (arg or "default")
+  smoke = "smoke" in (arg or "")
+  assert (exp.ppo.iterations < 10) == smoke
+  # Every trajectory shape fits the model's context budget.
+  assert exp.ppo.length_bucket <= exp.env.max_total_tokens
 
 
 def test_unknown_preset_is_rejected():

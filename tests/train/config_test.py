@@ -95,6 +95,13 @@ def test_unknown_field_in_a_section_is_named():
     experiment.Experiment.from_config(ml_collections.ConfigDict(values))
 
 
+def test_a_training_experiment_has_job_train():
+  config = _smoke()
+  config.job = "evaluate"
+  with pytest.raises(ValueError, match=r"config\.job='evaluate'"):
+    experiment.Experiment.from_config(config)
+
+
 def test_bad_seed_is_named():
   config = _smoke()
   config.seed = -1
