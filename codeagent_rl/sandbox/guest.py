@@ -836,8 +836,6 @@ class ForkServer:
     next job starts only once it is reaped (`_await_reaped`), so that it
     does not count against that job's RLIMIT_NPROC.
     """
-    if self._unfinished is None:
-      return True
     pid, fds = self._unfinished
     self._unfinished = None
     self._reaping = pid
@@ -873,9 +871,11 @@ class ForkServer:
     start = self._last_mark = time.monotonic()
     self.phases = {}
     try:
-      self.clean &= self._finish_unfinished()
-      self._mark("reap")
-      self.clean &= self.kill_job_processes(None)
+      if self._unfinished is not None:
+        self.clean &= self._finish_unfinished()  # kills and sweeps
+      else:
+        # The job's own supervision swept already, unless it failed.
+        self.clean &= self.kill_job_processes(None)
       self._mark("kill")
       used, self.used_scratch = self.used_scratch, None
       if self.clean:
@@ -1112,7 +1112,6 @@ class ForkServer:
         self._ensure_spare()
       wire.write_frame(self.out_fd, reply)
       self.after_job()
-    self._finish_unfinished()
     self.kill_job_processes(None)
 
 
