@@ -1,0 +1,411 @@
+"""The whole job end to end: SFT -> eval -> PPO -> eval -> checkpoint.
+
+All runs happen in one subprocess (this file run as a script), one after
+the other, on ONE CPU device with a persistent compilation cache: on the 8
+fake devices of the test process every decode step is split eight ways and
+an iteration takes ~5x longer, and the cache lets each later run reuse the
+first one's compiled steps. The smoke preset, shrunk further by overrides
+(2 held-out tasks, greedy evaluation only, one trajectory shape), runs first
+from scratch; the other runs copy its workdir (with or without its PPO
+iterations) instead of training SFT again. The tests then read what the
+runs left: workdir files, console lines, summaries, errors, checkpoints
+(restored here on the 8-device mesh).
+"""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import traceback
+
+import jax
+import numpy as np
+import pytest
+
+from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.sandbox import config as sandbox_config_lib
+from codeagent_rl.train import experiment
+from codeagent_rl.train import metrics as metrics_lib
+from codeagent_rl.train import ppo
+from codeagent_rl.train import run
+from codeagent_rl.train import sft
+from configs import tiny
+
+SANDBOX = sandbox_config_lib.SandboxConfig(
+  backend="process",
+  pool_size=2,
+  timeout_s=4.0,
+  test_timeout_s=1.0,
+  memory_mb=256,
+  max_output_bytes=64 << 10,
+)
+GVISOR = sandbox_config_lib.SandboxConfig(
+  backend="gvisor",
+  pool_size=2,
+  timeout_s=4.0,
+  test_timeout_s=1.0,
+  memory_mb=256,
+  max_output_bytes=64 << 10,
+  scratch_mb=32,
+  max_file_mb=8,
+)
+ITERATIONS = 4  # ppo.iterations of the test config
+# The metric names metrics.py promises (its docstring is the contract).
+CONTRACT_KEYS = re.findall(
+  r"^  ([a-z0-9_]+/[a-z0-9_]+) ", metrics_lib.__doc__, flags=re.M
+)
+PROGRESS = re.compile(r"^it +(\d+)/(\d+) \| reward ")
+
+
+def _config(preset="smoke", **overrides):
+  """The smoke preset made smaller, plus `section__field` overrides."""
+  config = tiny.get_config(preset)
+  config.data.num_train_tasks = 8
+  config.data.num_eval_tasks = 2
+  config.eval.sampled = False
+  config.sft.steps = 4
+  config.sft.batch_size = 8  # batches split over the 8 test devices
+  config.sft.log_every = 2
+  config.ppo.iterations = ITERATIONS
+  config.ppo.prompts_per_iteration = 2
+  config.ppo.samples_per_prompt = 4
+  config.ppo.minibatches = 1
+  config.ppo.micro_batch_size = 8
+  config.ppo.eval_every = 2
+  # One padded length: every batch has the same shape, so one compile each.
+  config.ppo.length_bucket = config.env.max_total_tokens
+  config.checkpoint.save_every = 1
+  for key, value in overrides.items():
+    section, field = key.split("__")
+    node = config
+    for part in section.split("."):
+      node = node[part]
+    node[field] = value
+  return config
+
+
+class Console:
+  """Collects the console lines; optionally asks a `ppo.Stop` to stop."""
+
+  def __init__(self, stop=None):
+    self.lines = []
+    self.stop = stop
+
+  def __call__(self, text):
+    self.lines.extend(str(text).splitlines())
+    if self.stop is not None and PROGRESS.match(str(text)):
+      self.stop.requested = True
+
+  def progress(self):
+    return [int(m.group(1)) for m in map(PROGRESS.match, self.lines) if m]
+
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _metrics(workdir):
+  return metrics_lib.read_metrics(str(workdir))
+
+
+def _latest_step(workdir):
+  cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
+  with ckpt_lib.Checkpointer(
+    pathlib.Path(workdir) / ppo.PPO_DIR, cfg, read_only=True
+  ) as ckpt:
+    return ckpt.latest_step(), ckpt.all_steps()
+
+
+def _restore(workdir, config, step, with_critic=True):
+  """The checkpoint at `step` of a run of `config`, on this process's mesh."""
+  exp = experiment.Experiment.from_config(config)
+  mesh, rules = exp.make_mesh()
+  shapes = jax.eval_shape(
+    lambda: state_lib.create_train_states(
+      exp.model, exp.optim, mesh, rules, jax.random.key(0)
+    )
+  )
+  shardings = state_lib.train_state_shardings(exp.model, exp.optim, mesh, rules)
+  actor, critic = jax.tree.map(
+    lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+    shapes,
+    shardings,
+  )
+  cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
+  with ckpt_lib.Checkpointer(
+    pathlib.Path(workdir) / ppo.PPO_DIR, cfg, read_only=True
+  ) as ckpt:
+    return ckpt.restore(
+      step,
+      actor=actor,
+      critic=critic if with_critic else None,
+      rng=jax.random.key(0),
+    )
+
+
+# --- The runs (in the subprocess) ---------------------------------------------
+
+
+def _copy(src, dst):
+  shutil.copytree(src, dst)
+  return dst
+
+
+def _strip_ppo(workdir):
+  """Leaves SFT, its data cache and its evaluation; removes all of PPO."""
+  shutil.rmtree(workdir / ppo.PPO_DIR)
+  shutil.rmtree(workdir / metrics_lib.TENSORBOARD_DIR)
+  for name in (metrics_lib.METRICS_FILE, run.SUMMARY):
+    (workdir / name).unlink()
+
+
+def _run(name, root, config, sandbox=SANDBOX, stop=None, **kwargs):
+  """One `train_and_evaluate` call; what it printed, returned or raised."""
+  console = Console(stop)
+  record = {"console": console.lines, "summary": None, "error": None}
+  try:
+    record["summary"] = run.train_and_evaluate(
+      config, root / name, sandbox, stop=stop, console=console, **kwargs
+    )
+  except Exception as e:  # recorded for the test that expects it
+    record["error"] = {
+      "type": type(e).__name__,
+      "message": str(e),
+      "traceback": traceback.format_exc(),
+    }
+  return record
+
+
+def run_all(root: pathlib.Path) -> dict:
+  """Every run of this module, in order; returns their records by name."""
+  results = {}
+  results["smoke"] = _run("smoke", root, _config(), iterations=2)
+  _strip_ppo(_copy(root / "smoke", root / "sft_only"))
+  _copy(root / "smoke", root / "again")
+  results["again"] = _run("again", root, _config(), iterations=2)
+  # Resume equivalence: interrupted after 2 (the smoke run) vs straight.
+  _copy(root / "smoke", root / "resumed")
+  results["resumed"] = _run("resumed", root, _config())
+  _copy(root / "sft_only", root / "straight")
+  results["straight"] = _run("straight", root, _config())
+  _copy(root / "sft_only", root / "grpo")
+  results["grpo"] = _run("grpo", root, _config("smoke,algo=grpo"), iterations=1)
+  _copy(root / "sft_only", root / "gvisor")
+  results["gvisor"] = _run("gvisor", root, _config(), GVISOR, iterations=1)
+  # A huge learning rate: the first update of iteration 2 blows the params
+  # up, so the second epoch's loss is NaN.
+  _copy(root / "smoke", root / "nan")
+  results["nan"] = _run(
+    "nan", root, _config(optim__actor_lr=1e30, ppo__epochs=2)
+  )
+  # save_every far away: a checkpoint can only come from the stop request.
+  _copy(root / "sft_only", root / "stop")
+  results["stop"] = _run(
+    "stop", root, _config(checkpoint__save_every=100), stop=ppo.Stop()
+  )
+  return results
+
+
+def _main(root: str) -> None:
+  jax.config.update("jax_compilation_cache_dir", os.path.join(root, "jit"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  results = run_all(pathlib.Path(root))
+  with open(os.path.join(root, "results.json"), "w") as f:
+    json.dump(results, f, default=str, indent=1)
+
+
+# --- The tests ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """Runs `run_all` in a one-device subprocess; (root, records)."""
+  root = tmp_path_factory.mktemp("e2e")
+  flags = " ".join(
+    f
+    for f in os.environ.get("XLA_FLAGS", "").split()
+    if not f.startswith("--xla_force_host_platform_device_count")
+  )
+  env = {
+    **{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
+    "JAX_PLATFORMS": "cpu",
+    "PYTHONPATH": os.pathsep.join(
+      [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+    ),
+  }
+  if flags:
+    env["XLA_FLAGS"] = flags
+  proc = subprocess.run(
+    [sys.executable, __file__, str(root)],
+    cwd=REPO_ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=1500,
+  )
+  if proc.returncode:
+    pytest.fail(f"the e2e runs crashed:\n{proc.stderr[-6000:]}")
+  return root, json.loads((root / "results.json").read_text())
+
+
+def _ok(record):
+  assert record["error"] is None, record["error"]["traceback"]
+  return record["summary"]
+
+
+def test_smoke_run_leaves_everything_in_the_workdir(runs):
+  root, results = runs
+  workdir, record = root / "smoke", results["smoke"]
+  summary = _ok(record)
+  console = Console()
+  console.lines = record["console"]
+  config = json.loads((workdir / "config.json").read_text())
+  assert config["ppo"]["length_bucket"] == 768
+  assert config["rl"]["advantage"]["estimator"] == "gae"
+  assert (workdir / sft.SFT_DIR / "4").is_dir()  # sft.steps
+  assert _latest_step(workdir) == (2, [1, 2])
+  # metrics.jsonl: one line per iteration, with every promised key.
+  records = _metrics(workdir)
+  assert [r["iteration"] for r in records] == [0, 1]
+  assert len(CONTRACT_KEYS) >= 15, CONTRACT_KEYS
+  for metrics in records:
+    missing = sorted(set(CONTRACT_KEYS) - set(metrics))
+    assert not missing, f"iteration {metrics['iteration']} lacks {missing}"
+    assert any(k.startswith("monitor/") for k in metrics)
+    assert any(k.startswith("anticheat/") for k in metrics)
+  assert "eval/greedy/pass_a" in records[1]
+  assert "eval/sampled/pass_a" not in records[1]  # eval.sampled=False
+  events = list((workdir / metrics_lib.TENSORBOARD_DIR).glob("events.*"))
+  assert events and all(e.stat().st_size > 0 for e in events)
+  sft_eval = json.loads((workdir / run.EVAL_SFT).read_text())
+  assert 0.0 <= sft_eval["eval/greedy/pass_a"] <= 1.0
+  # The summary: on disk, returned, and printed.
+  on_disk = json.loads((workdir / run.SUMMARY).read_text())
+  assert on_disk["table"] == summary["table"]
+  assert summary["iterations_done"] == 2
+  assert not summary["stopped_early"]  # it ran the 2 iterations asked for
+  assert summary["final_eval"]["eval/greedy/pass_a"] == pytest.approx(
+    records[1]["eval/greedy/pass_a"]
+  )
+  table = summary["table"].splitlines()
+  assert any(line.startswith("SFT (greedy) ") for line in table)
+  assert any(line.startswith("PPO final (greedy) ") for line in table)
+  assert str(workdir / ppo.PPO_DIR) in summary["table"]
+  # The console: one progress line per iteration, then the table.
+  assert console.progress() == [1, 2]
+  assert console.lines[-len(table) :] == table
+  assert any(line.startswith("SFT held-out: greedy") for line in console.lines)
+
+
+def test_second_call_resumes_without_new_iterations(runs):
+  root, results = runs
+  summary = _ok(results["again"])
+  console = Console()
+  console.lines = results["again"]["console"]
+  assert console.progress() == []
+  assert summary["iterations_done"] == 2
+  assert (
+    summary["table"].replace("again", "smoke")
+    == (results["smoke"]["summary"]["table"])
+  )
+  assert summary["final_eval"] == results["smoke"]["summary"]["final_eval"]
+  assert [r["iteration"] for r in _metrics(root / "again")] == [0, 1]
+  assert _latest_step(root / "again") == (2, [1, 2])
+
+
+def test_resume_equals_a_straight_run(runs):
+  root, results = runs
+  for name in ("straight", "resumed"):
+    out = _ok(results[name])
+    assert out["iterations_done"] == ITERATIONS and not out["stopped_early"]
+    its = [r["iteration"] for r in _metrics(root / name)]
+    assert its == list(range(ITERATIONS)), f"{name}: {its}"
+  console = Console()
+  console.lines = results["resumed"]["console"]
+  assert console.progress() == [3, 4]
+  a = _restore(root / "straight", _config(), ITERATIONS)
+  b = _restore(root / "resumed", _config(), ITERATIONS)
+  assert a.data_position == b.data_position == {"iteration": ITERATIONS}
+  for name, x, y in (
+    ("actor", a.actor, b.actor),
+    ("critic", a.critic, b.critic),
+  ):
+    for u, v in zip(jax.tree.leaves(x), jax.tree.leaves(y), strict=True):
+      np.testing.assert_allclose(
+        np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-6, err_msg=name
+      )
+  # PPO moved the actor after the interruption: the comparison is not void.
+  start = _restore(root / "resumed", _config(), 2)
+  moved = max(
+    float(np.abs(np.asarray(u) - np.asarray(v)).max())
+    for u, v in zip(
+      jax.tree.leaves(start.actor.params),
+      jax.tree.leaves(a.actor.params),
+      strict=True,
+    )
+  )
+  assert moved > 1e-6
+  # The same rollouts and losses, iteration by iteration.
+  for r, s in zip(
+    _metrics(root / "straight"), _metrics(root / "resumed"), strict=True
+  ):
+    for key in ("reward/total_mean", "episode/tokens_mean", "loss/critic"):
+      assert r[key] == pytest.approx(s[key], rel=1e-4, abs=1e-6), key
+
+
+def test_critic_free_estimator_saves_no_critic(runs):
+  root, results = runs
+  out = _ok(results["grpo"])
+  assert out["estimator"] == "grpo" and out["iterations_done"] == 1
+  config = _config("smoke,algo=grpo")
+  restored = _restore(root / "grpo", config, 1, with_critic=False)
+  assert restored.critic is None
+  with pytest.raises(ValueError, match="critic"):
+    _restore(root / "grpo", config, 1, with_critic=True)
+  (metrics,) = _metrics(root / "grpo")
+  assert "loss/policy" in metrics
+  assert "loss/critic" not in metrics
+
+
+def test_gvisor_backend_runs_one_iteration(runs):
+  root, results = runs
+  out = _ok(results["gvisor"])
+  assert out["iterations_done"] == 1
+  lines = results["gvisor"]["console"]
+  assert any("sandbox gvisor x2" in line for line in lines)
+  (metrics,) = _metrics(root / "gvisor")
+  assert metrics["iteration"] == 0
+  assert "eval/greedy/pass_a" in metrics
+  assert _latest_step(root / "gvisor")[0] == 1
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(runs):
+  root, results = runs
+  error = results["nan"]["error"]
+  assert error is not None, "a NaN loss did not stop the run"
+  assert error["type"] == "NonFiniteLossError", error["traceback"]
+  assert error["message"].startswith("iteration 2: "), error["message"]
+  assert _latest_step(root / "nan") == (2, [1, 2])
+  assert [r["iteration"] for r in _metrics(root / "nan")] == [0, 1]
+
+
+def test_stop_request_saves_and_returns(runs):
+  root, results = runs
+  out = _ok(results["stop"])
+  console = Console()
+  console.lines = results["stop"]["console"]
+  assert console.progress() == [1]
+  assert out["stopped_early"] and out["iterations_done"] == 1
+  assert [r["iteration"] for r in _metrics(root / "stop")] == [0]
+  assert _latest_step(root / "stop")[0] == 1, (
+    "a stop requested after the iteration's save point must still save"
+    " (ppo.run_ppo: save again when stop.requested breaks the loop)"
+  )
+
+
+if __name__ == "__main__":
+  _main(sys.argv[1])
