@@ -76,8 +76,12 @@ def _config(preset="smoke", **overrides):
   config.ppo.minibatches = 1
   config.ppo.micro_batch_size = 8
   config.ppo.eval_every = 2
-  # One padded length: every batch has the same shape, so one compile each.
-  config.ppo.length_bucket = config.env.max_total_tokens
+  # Shorter episodes (demonstrations that do not fit are dropped; most of
+  # the level-1 ones fit), and one padded length: every batch has the same
+  # shape, so each step compiles once.
+  config.env.max_tokens_per_turn = 160
+  config.env.max_total_tokens = 512
+  config.ppo.length_bucket = 512
   config.checkpoint.save_every = 1
   for key, value in overrides.items():
     section, field = key.split("__")
@@ -264,7 +268,7 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
   console = Console()
   console.lines = record["console"]
   config = json.loads((workdir / "config.json").read_text())
-  assert config["ppo"]["length_bucket"] == 768
+  assert config["ppo"]["length_bucket"] == 512
   assert config["rl"]["advantage"]["estimator"] == "gae"
   assert (workdir / sft.SFT_DIR / "4").is_dir()  # sft.steps
   assert _latest_step(workdir) == (2, [1, 2])
