@@ -15,7 +15,6 @@ import sys
 
 from absl import app
 from absl import flags
-import jax
 from ml_collections import config_flags
 
 from codeagent_rl.sandbox import gvisor
@@ -35,8 +34,6 @@ def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.main`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  # CPU runs are float32 throughout; nothing to tune in jax.config here.
-  jax.config.update("jax_default_matmul_precision", "highest")
   config = _CONFIG.value
   try:  # bad values stop here, naming the field, before anything starts
     if "job" in config and config.job == "train":

@@ -381,7 +381,7 @@ def run_ppo(
   workdir = pathlib.Path(workdir)
   base_rng = jax.random.key(exp.seed + 1)
   actor, critic = learner.initial_states(
-    sft_params, jax.random.fold_in(base_rng, -1 % (1 << 31))
+    sft_params, jax.random.fold_in(base_rng, 0x7FFFFFFF)
   )
   if not exp.uses_critic:
     critic = None
