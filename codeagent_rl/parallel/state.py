@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 from flax import linen as nn
@@ -58,8 +59,9 @@ class OptimConfig:
 
   def __post_init__(self):
     for name in ("actor_lr", "critic_lr", "eps"):
-      if not getattr(self, name) > 0.0:
-        raise ValueError(f"optim.{name}={getattr(self, name)}: must be > 0.")
+      value = getattr(self, name)
+      if not (value > 0.0 and math.isfinite(value)):
+        raise ValueError(f"optim.{name}={value}: must be finite and > 0.")
     if not self.weight_decay >= 0.0:
       raise ValueError(f"optim.weight_decay={self.weight_decay}: must be >= 0.")
     for name in ("b1", "b2"):

@@ -450,16 +450,16 @@ def run_ppo(
           with timer.phase("eval"):
             last_eval = evaluator(actor.params, jax.random.fold_in(it_rng, 2))
           metrics.update(last_eval)
+        checkpoint = ckpt_lib.TrainCheckpoint(
+          actor=actor,
+          critic=critic,
+          step=it + 1,
+          rng=base_rng,
+          data_position={"iteration": it + 1},
+        )
         with timer.phase("checkpoint"):
-          ckpt.save(
-            ckpt_lib.TrainCheckpoint(
-              actor=actor,
-              critic=critic,
-              step=it + 1,
-              rng=base_rng,
-              data_position={"iteration": it + 1},
-            ),
-            force=stop.requested or it + 1 == total_iterations,
+          saved = ckpt.save(
+            checkpoint, force=stop.requested or it + 1 == total_iterations
           )
         metrics.update(timer.scalars())
         history.append({"iteration": it, **metrics})
@@ -477,7 +477,9 @@ def run_ppo(
             start_iteration=start,
           )
         )
-        if stop.requested:
+        if stop.requested:  # also when it arrived after the save above
+          if not saved:
+            ckpt.save(checkpoint, force=True)
           break
   finally:
     if previous is not None:

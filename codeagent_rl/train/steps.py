@@ -283,7 +283,7 @@ def actor_step(
     norm=norm,
   )
   grads, metrics = _accumulate(loss_fn, state.params, batch, num_micro)
-  metrics["grad_norm/actor"] = optax.global_norm(grads)
+  metrics["grad_norm/actor"] = optax.tree.norm(grads)
   return state.apply_gradients(grads, tx), metrics
 
 
@@ -319,7 +319,7 @@ def critic_step(
   norm = losses.normalizer_for(batch.trainable)
   loss_fn = functools.partial(_critic_loss, model=model, rl=rl, norm=norm)
   grads, metrics = _accumulate(loss_fn, state.params, batch, num_micro)
-  metrics["grad_norm/critic"] = optax.global_norm(grads)
+  metrics["grad_norm/critic"] = optax.tree.norm(grads)
   return state.apply_gradients(grads, tx), metrics
 
 
@@ -361,5 +361,5 @@ def sft_step(
   norm = losses.normalizer_for(batch["trainable"])
   loss_fn = functools.partial(_sft_loss, model=model, norm=norm)
   grads, metrics = _accumulate(loss_fn, state.params, batch, num_micro)
-  metrics["grad_norm/actor"] = optax.global_norm(grads)
+  metrics["grad_norm/actor"] = optax.tree.norm(grads)
   return state.apply_gradients(grads, tx), metrics
