@@ -143,11 +143,13 @@ def get_model_config(preset: str) -> ml_collections.ConfigDict:
 
 
 def get_env_config(preset: str) -> ml_collections.ConfigDict:
-  """Episode budgets: up to 3 turns (run, fix, submit) of short code."""
+  """Episode budgets: up to 2 turns (run, then submit) of short code."""
   del preset  # the same budgets for every preset
   env = ml_collections.ConfigDict()
-  # Turns per episode (format errors count).
-  env.max_turns = 3
+  # Turns per episode (format errors count): a run, then a submit, as the
+  # longest demonstration. Each turn costs KV-cache room (`cache_len_for`),
+  # and decoding time grows with the cache.
+  env.max_turns = 2
   # Tokens (bytes) of one action; level-1 solutions of the demo families
   # are under 150 bytes, an if-ladder over the visible tests under 200.
   env.max_tokens_per_turn = 192
