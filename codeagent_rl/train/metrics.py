@@ -47,7 +47,6 @@ import re
 import tempfile
 import time
 from typing import Any
-import uuid
 
 import numpy as np
 import tensorboardX
@@ -227,11 +226,12 @@ class MetricsWriter:
       self.tensorboard_dir = os.path.join(workdir, TENSORBOARD_DIR)
       # tensorboardX names files by the second and opens them with "wb": a
       # writer started within the same second (a quick resume) would
-      # overwrite the previous file without a unique suffix.
+      # overwrite the previous file without a unique suffix. Nanoseconds,
+      # zero-padded, keep the files' name order their creation order.
       self._tb = tensorboardX.SummaryWriter(
         self.tensorboard_dir,
         purge_step=self._start or None,
-        filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}",
+        filename_suffix=f".{time.time_ns():020d}.{os.getpid()}",
       )
 
   def __enter__(self) -> MetricsWriter:
