@@ -378,6 +378,10 @@ else:
   launcher = worker.ProcessLauncher(config.SandboxConfig(backend="process"))
   guest = launcher.launch()
   print(json.loads(guest.proc.args[-1])["scratch_root"], flush=True)
+if sys.argv[1] == "exit":
+  # Wait until the test has seen the sandbox running, then exit normally
+  # (without closing the launcher).
+  sys.stdin.readline()
 if sys.argv[1] == "hang":
   # Keep the forkserver busy with a job, so that it would not notice the end
   # of its input: only PR_SET_PDEATHSIG can take the sandbox down in time.
@@ -399,6 +403,7 @@ def _start_host(
   proc = subprocess.Popen(
     [sys.executable, "-c", LAUNCH_SCRIPT, mode, backend],
     cwd=REPO_ROOT,
+    stdin=subprocess.PIPE,
     stdout=subprocess.PIPE,
     text=True,
     env={**os.environ, "TMPDIR": str(tmp_dir)},
@@ -411,6 +416,8 @@ def _start_host(
 
 def test_host_exit_without_close_cleans_up(tmp_path):
   proc, root = _start_host("exit", tmp_path)
+  proc.stdin.write("exit\n")
+  proc.stdin.close()
   assert proc.wait(timeout=30) == 0
   assert _wait_until_gone(root) == []
   assert not os.path.exists(root)
