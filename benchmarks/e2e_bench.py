@@ -1,6 +1,7 @@
 r"""Time breakdown of one PPO iteration, gVisor pool vs `process` backend.
 
-    python benchmarks/e2e_bench.py --sft_workdir=/tmp/tiny --iterations=3
+    PYTHONPATH=. python benchmarks/e2e_bench.py --sft_workdir=/tmp/tiny \
+      --iterations=3
 
 Runs the tiny config's PPO (same config, seed and SFT checkpoint) once per
 sandbox backend and reports the per-phase seconds of its iterations
@@ -45,6 +46,9 @@ _ITERATIONS = flags.DEFINE_integer(
 _BACKENDS = flags.DEFINE_list(
   "backends", ["gvisor", "process"], "Sandbox backends to compare."
 )
+_EVAL_TASKS = flags.DEFINE_integer(
+  "eval_tasks", 8, "Held-out tasks of the final evaluation (not timed)."
+)
 _OUT = flags.DEFINE_string(
   "out",
   str(pathlib.Path(__file__).parent / "results" / "e2e_bench.json"),
@@ -84,6 +88,7 @@ def _one_backend(backend: str, root: pathlib.Path) -> dict:
   config.unlock()
   config.ppo.iterations = _ITERATIONS.value
   config.ppo.eval_every = 10**6  # only the final evaluation (excluded)
+  config.data.num_eval_tasks = _EVAL_TASKS.value
   config.lock()
   sandbox = harness.config_from_flags(backend=backend)
   start = time.perf_counter()
