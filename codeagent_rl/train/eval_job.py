@@ -101,49 +101,43 @@ def restore_actor_params(
   """
   cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
   ppo_dir = workdir / ppo_lib.PPO_DIR
-  with sharding.axis_rules(mesh, rules):
-    actor, critic = jax.eval_shape(
-      lambda: state_lib.create_train_states(
-        exp.model, exp.optim, mesh, rules, jax.random.key(0)
-      )
-    )
-  actor_sh, critic_sh = state_lib.train_state_shardings(
-    exp.model, exp.optim, mesh, rules
-  )
-  actor = _with_shardings(actor, actor_sh)
-  critic = _with_shardings(critic, critic_sh) if exp.uses_critic else None
-  if ppo_dir.is_dir():
-    with ckpt_lib.Checkpointer(ppo_dir, cfg, read_only=True) as ckpt:
-      step = ckpt.latest_step()
-      if step is not None:
-        restored = ckpt.restore(
-          step, actor=actor, critic=critic, rng=jax.random.key(0)
-        )
-        return restored.actor.params, f"PPO iteration {step} ({ppo_dir})"
   sft_dir = workdir / sft_lib.SFT_DIR
-  if sft_dir.is_dir():
-    sft_optim = sft_lib.sft_optim(exp)
-    sft_sh, _ = state_lib.train_state_shardings(
-      exp.model, sft_optim, mesh, rules
-    )
-    with sharding.axis_rules(mesh, rules):
-      sft_actor, _ = jax.eval_shape(
-        lambda: state_lib.create_train_states(
-          exp.model, sft_optim, mesh, rules, jax.random.key(0)
-        )
-      )
-    sft_actor = _with_shardings(sft_actor, sft_sh)
-    with ckpt_lib.Checkpointer(sft_dir, cfg, read_only=True) as ckpt:
+  for directory, optim, with_critic, what in (
+    (ppo_dir, exp.optim, exp.uses_critic, "PPO iteration"),
+    (sft_dir, sft_lib.sft_optim(exp), False, "SFT step"),
+  ):
+    if not directory.is_dir():
+      continue
+    with ckpt_lib.Checkpointer(directory, cfg, read_only=True) as ckpt:
       step = ckpt.latest_step()
-      if step is not None:
-        restored = ckpt.restore(
-          step, actor=sft_actor, critic=None, rng=jax.random.key(0)
-        )
-        return restored.actor.params, f"SFT step {step} ({sft_dir})"
+      if step is None:
+        continue
+      actor, critic = _abstract_states(exp, optim, mesh, rules)
+      restored = ckpt.restore(
+        step,
+        actor=actor,
+        critic=critic if with_critic else None,
+        rng=jax.random.key(0),
+      )
+      return restored.actor.params, f"{what} {step} ({directory})"
   raise FileNotFoundError(
     f"{workdir} has no PPO ({ppo_dir}) or SFT ({sft_dir}) checkpoint; train"
     " first: python -m codeagent_rl.main --config=configs/tiny.py"
     f" --workdir={workdir}"
+  )
+
+
+def _abstract_states(exp, optim, mesh, rules):
+  """(actor, critic) train states as ShapeDtypeStructs with shardings."""
+  with sharding.axis_rules(mesh, rules):
+    states = jax.eval_shape(
+      lambda: state_lib.create_train_states(
+        exp.model, optim, mesh, rules, jax.random.key(0)
+      )
+    )
+  shardings = state_lib.train_state_shardings(exp.model, optim, mesh, rules)
+  return tuple(
+    _with_shardings(a, sh) for a, sh in zip(states, shardings, strict=True)
   )
 
 

@@ -58,9 +58,9 @@ def episode_scalars(
     "turns_mean", "tokens_mean" and "truncated" (share cut by a budget).
   """
   outcomes = [e.outcome for e in rollout.episodes]
-  pass_a = np.asarray([_passed_a(o) for o in outcomes], np.float32)
+  pass_a = np.asarray([passed_a(o) for o in outcomes], np.float32)
   pass_ab = np.asarray(
-    [_passed_a(o) and _passed_b(o) for o in outcomes], np.float32
+    [passed_a(o) and passed_b(o) for o in outcomes], np.float32
   )
   turns = np.asarray([len(e.turns) for e in rollout.episodes], np.float32)
   tokens = np.asarray(rollout.batch.length, np.float32)
@@ -78,13 +78,15 @@ def episode_scalars(
   return scalars
 
 
-def _passed_a(outcome: code_env.Outcome) -> bool:
+def passed_a(outcome: code_env.Outcome) -> bool:
+  """Whether the submission passed every test of suite A."""
   return outcome.suite_a_total > 0 and (
     outcome.suite_a_passed == outcome.suite_a_total
   )
 
 
-def _passed_b(outcome: code_env.Outcome) -> bool:
+def passed_b(outcome: code_env.Outcome) -> bool:
+  """Whether the submission passed every test of suite B."""
   return outcome.suite_b_total > 0 and (
     outcome.suite_b_passed == outcome.suite_b_total
   )

@@ -179,12 +179,7 @@ def _episode_metrics(
   """Reward, pass-rate and length scalars, and length histograms."""
   s = eval_lib.episode_scalars(rollout, total)
   outcomes = [e.outcome for e in rollout.episodes]
-  passing = np.asarray(
-    [
-      o.suite_a_total > 0 and o.suite_a_passed == o.suite_a_total
-      for o in outcomes
-    ]
-  )
+  passing = np.asarray([eval_lib.passed_a(o) for o in outcomes])
   turns = np.asarray([len(e.turns) for e in rollout.episodes], np.float32)
   tokens = np.asarray(rollout.batch.length, np.float32)
   codes = [e.final_code for e in rollout.episodes]
