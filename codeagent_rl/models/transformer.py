@@ -155,7 +155,12 @@ class TransformerConfig:
 
 @struct.dataclass
 class LayerKV:
-  """Keys and values of one layer: each [B, S, K, H]."""
+  """Keys and values of one layer: each [B, K, S, H].
+
+  Heads before slots: a decode step then reads each head's keys as one
+  contiguous [S, H] block (with [B, S, K, H] the attention einsum made XLA
+  transpose the whole cache on every step: ~1.4x slower decoding, measured).
+  """
 
   k: jax.Array
   v: jax.Array
@@ -188,7 +193,7 @@ def init_cache(
 ) -> KVCache:
   """An empty cache of `max_len` slots per row."""
   dtype = dtype or config.jnp_dtype
-  shape = (batch, max_len, config.num_kv_heads, config.head_dim)
+  shape = (batch, config.num_kv_heads, max_len, config.head_dim)
   layers = tuple(
     LayerKV(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
     for _ in range(config.num_layers)
@@ -360,31 +365,32 @@ class Attention(nn.Module):
     k = nn.with_logical_constraint(k, ("batch", "length", "heads", "kv"))
     v = nn.with_logical_constraint(v, ("batch", "length", "heads", "kv"))
 
-    if layer_kv is None:
-      key_valid, key_pos = valid, positions
-      new_kv = None
-    else:
-      key_valid, key_pos, index = cache_meta
-      k_all = jax.lax.dynamic_update_slice(
-        layer_kv.k, k.astype(layer_kv.k.dtype), (0, index, 0, 0)
-      )
-      v_all = jax.lax.dynamic_update_slice(
-        layer_kv.v, v.astype(layer_kv.v.dtype), (0, index, 0, 0)
-      )
-      new_kv = LayerKV(k=k_all, v=v_all)
-      k, v = k_all.astype(cfg.jnp_dtype), v_all.astype(cfg.jnp_dtype)
-
     b, t = q.shape[:2]
     groups = cfg.num_heads // cfg.num_kv_heads
     q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)
-    logits = jnp.einsum("btkgh,bskh->bkgts", q, k).astype(jnp.float32)
+    if layer_kv is None:
+      key_valid, key_pos = valid, positions
+      new_kv = None
+      kv_layout = "bskh"
+    else:
+      key_valid, key_pos, index = cache_meta
+      k_all = jax.lax.dynamic_update_slice(
+        layer_kv.k, k.swapaxes(1, 2).astype(layer_kv.k.dtype), (0, 0, index, 0)
+      )
+      v_all = jax.lax.dynamic_update_slice(
+        layer_kv.v, v.swapaxes(1, 2).astype(layer_kv.v.dtype), (0, 0, index, 0)
+      )
+      new_kv = LayerKV(k=k_all, v=v_all)
+      k, v = k_all.astype(cfg.jnp_dtype), v_all.astype(cfg.jnp_dtype)
+      kv_layout = "bksh"
+    logits = jnp.einsum(f"btkgh,{kv_layout}->bkgts", q, k).astype(jnp.float32)
     logits = logits / jnp.sqrt(jnp.float32(cfg.head_dim))
     visible = key_valid[:, None, :] & (
       key_pos[:, None, :] <= positions[:, :, None]
     )  # [B, T, S]
     logits = jnp.where(visible[:, None, None], logits, _MASK_VALUE)
     probs = jax.nn.softmax(logits, axis=-1).astype(cfg.jnp_dtype)
-    out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+    out = jnp.einsum(f"bkgts,{kv_layout}->btkgh", probs, v)
     out = out.reshape(b, t, cfg.num_heads, cfg.head_dim)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads", "kv"))
     out = OutProjection(cfg, name="o_proj")(out)
