@@ -130,6 +130,12 @@ def get_optim_config() -> ml_collections.ConfigDict:
   # Linear warmup steps from 0 to the peak rate; 0 (constant rate) as in
   # verl's PPO default, the models arrive pretrained.
   optim.warmup_steps = 0
+  # Step at which a cosine decay after warmup ends; 0: no decay (the rate
+  # stays at its peak), as in verl's PPO default.
+  optim.decay_steps = 0
+  # The rate at `decay_steps` as a fraction of the peak (unused without
+  # decay).
+  optim.final_lr_fraction = 1.0
   return optim
 
 

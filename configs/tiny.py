@@ -201,6 +201,8 @@ def get_sft_config(preset: str) -> ml_collections.ConfigDict:
   sft.learning_rate = 3e-3
   # Linear warmup steps.
   sft.warmup_steps = 50 if preset == "default" else 2
+  # Cosine decay to this fraction of the peak at the last step.
+  sft.final_lr_fraction = 0.05
   # Steps between log lines.
   sft.log_every = 50 if preset == "default" else 10
   return sft

@@ -35,7 +35,9 @@ class OptimConfig:
 
   Both optimisers clip the global gradient norm, then apply AdamW (decoupled
   weight decay on every parameter, as torch AdamW over `parameters()`), with
-  an optional linear warmup: step s (1-based) uses lr * min(1, s / warmup).
+  an optional linear warmup: step s (1-based) uses lr * min(1, s / warmup),
+  then optionally a cosine decay that reaches `final_lr_fraction` * lr at
+  step `decay_steps` and stays there.
 
   Attributes:
     actor_lr: peak learning rate of the actor.
@@ -46,6 +48,9 @@ class OptimConfig:
     eps: Adam denominator epsilon.
     grad_clip_norm: global gradient-norm clip, or None for no clipping.
     warmup_steps: linear warmup steps; 0 for a constant rate.
+    decay_steps: the step at which the cosine decay after warmup ends; 0
+      for no decay (the peak rate after warmup).
+    final_lr_fraction: the rate at `decay_steps`, as a fraction of the peak.
   """
 
   actor_lr: float
@@ -56,6 +61,8 @@ class OptimConfig:
   eps: float
   grad_clip_norm: float | None
   warmup_steps: int
+  decay_steps: int
+  final_lr_fraction: float
 
   def __post_init__(self):
     for name in ("actor_lr", "critic_lr", "eps"):
@@ -81,6 +88,19 @@ class OptimConfig:
       raise ValueError(
         f"optim.warmup_steps={self.warmup_steps!r}: must be an int >= 0."
       )
+    if (
+      not isinstance(self.decay_steps, int)
+      or isinstance(self.decay_steps, bool)
+      or not (self.decay_steps == 0 or self.decay_steps > self.warmup_steps)
+    ):
+      raise ValueError(
+        f"optim.decay_steps={self.decay_steps!r}: must be 0 (no decay) or an"
+        f" int > warmup_steps ({self.warmup_steps})."
+      )
+    if not 0.0 <= self.final_lr_fraction <= 1.0:
+      raise ValueError(
+        f"optim.final_lr_fraction={self.final_lr_fraction}: must be in [0, 1]."
+      )
 
   @classmethod
   def from_config(cls, section: Any) -> OptimConfig:
@@ -92,15 +112,22 @@ def make_optimizer(
   config: OptimConfig, learning_rate: float
 ) -> optax.GradientTransformation:
   """Global-norm clipping then AdamW at `learning_rate` (see `OptimConfig`)."""
-  if config.warmup_steps:
-    warmup = float(config.warmup_steps)
+  warmup = config.warmup_steps
+  if not warmup and not config.decay_steps:
+    schedule = learning_rate
+  else:
 
     def schedule(count):
-      # optax counts from 0 at the first update.
-      return learning_rate * jnp.minimum(1.0, (count + 1) / warmup)
+      # optax counts from 0 at the first update; step s = count + 1.
+      s = (count + 1).astype(jnp.float32)
+      rate = learning_rate * jnp.minimum(1.0, s / max(warmup, 1))
+      if config.decay_steps:
+        span = config.decay_steps - warmup
+        done = jnp.clip((s - warmup) / span, 0.0, 1.0)
+        low = config.final_lr_fraction
+        rate *= low + (1.0 - low) * 0.5 * (1.0 + jnp.cos(jnp.pi * done))
+      return rate
 
-  else:
-    schedule = learning_rate
   parts = []
   if config.grad_clip_norm is not None:
     parts.append(optax.clip_by_global_norm(config.grad_clip_norm))

@@ -126,6 +126,8 @@ class SFTConfig:
     batch_size: demonstrations per step.
     learning_rate: peak learning rate.
     warmup_steps: linear warmup steps.
+    final_lr_fraction: the rate at the last step as a fraction of the peak,
+      reached by a cosine decay after warmup; 1.0 keeps the peak rate.
     log_every: steps between progress lines / metrics.
   """
 
@@ -133,12 +135,18 @@ class SFTConfig:
   batch_size: int
   learning_rate: float
   warmup_steps: int
+  final_lr_fraction: float
   log_every: int
 
   def __post_init__(self):
     _int_at_least("sft", self, ("steps", "warmup_steps"), low=0)
     _int_at_least("sft", self, ("batch_size", "log_every"), low=1)
     _positive_float("sft", self, ("learning_rate",))
+    if not 0.0 <= self.final_lr_fraction <= 1.0:
+      raise ValueError(
+        f"config.sft.final_lr_fraction={self.final_lr_fraction}: must be in"
+        " [0, 1]."
+      )
 
 
 @dataclasses.dataclass(frozen=True)

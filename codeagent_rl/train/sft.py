@@ -42,6 +42,13 @@ def sft_optim(exp: exp_lib.Experiment) -> state_lib.OptimConfig:
     eps=exp.optim.eps,
     grad_clip_norm=exp.optim.grad_clip_norm,
     warmup_steps=exp.sft.warmup_steps,
+    decay_steps=(
+      exp.sft.steps
+      if exp.sft.final_lr_fraction < 1.0
+      and exp.sft.steps > exp.sft.warmup_steps
+      else 0
+    ),
+    final_lr_fraction=exp.sft.final_lr_fraction,
   )
 
 

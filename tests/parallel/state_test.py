@@ -150,6 +150,44 @@ def test_unshardable_model_raises_before_compiling():
     state.train_state_shardings(MODEL, OPTIM, mesh, RULES)
 
 
+def test_warmup_then_cosine_decay():
+  cfg = state.OptimConfig.from_config(
+    {
+      **common.get_optim_config().to_dict(),
+      "actor_lr": 0.1,
+      "weight_decay": 0.0,
+      "warmup_steps": 2,
+      "decay_steps": 6,
+      "final_lr_fraction": 0.1,
+      "grad_clip_norm": None,
+    }
+  )
+  tx, _ = state.make_optimizers(cfg)
+  s = state.TrainState.create(jnp.zeros(3), tx)
+  moved = []
+  for _ in range(8):
+    before = s.params
+    s = s.apply_gradients(jnp.ones(3), tx)
+    moved.append(float(before[0] - s.params[0]))
+  # A constant gradient moves Adam by ~lr per step: warmup 1/2, 2/2, then
+  # a cosine from the peak to 0.1 x peak at step 6, flat after.
+  cosine = [
+    0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * d)) for d in (0.25, 0.5, 0.75)
+  ]
+  expected = [0.05, 0.1, *(0.1 * c for c in cosine), 0.01, 0.01, 0.01]
+  np.testing.assert_allclose(moved, expected, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+  "field, value",
+  [("decay_steps", 2), ("decay_steps", -1), ("final_lr_fraction", 1.5)],
+)
+def test_bad_decay_is_named(field, value):
+  section = {**common.get_optim_config().to_dict(), "warmup_steps": 2}
+  with pytest.raises(ValueError, match=f"optim.{field}="):
+    state.OptimConfig.from_config({**section, field: value})
+
+
 def test_warmup_and_clip():
   cfg = state.OptimConfig.from_config(
     {
