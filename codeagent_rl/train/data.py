@@ -4,9 +4,10 @@ The train and held-out task sets are generated deterministically from the
 config (`tasks/synthetic.py`), so a resumed run sees the same tasks. The
 demonstration plans are rendered into token trajectories by the real
 environment (`rollout/demos.render`: every `<run>` observation is what the
-sandbox said) and cached in the workdir as `sft_data.npz`, with a
-fingerprint of everything they depend on; a stale or damaged cache is
-rebuilt, never trusted.
+sandbox said; a final `<submit>` ends the episode without being graded, as
+nothing of its grade enters the tokens) and cached in the workdir as
+`sft_data.npz`, with a fingerprint of everything they depend on; a stale or
+damaged cache is rebuilt, never trusted.
 
 PPO prompts are drawn by `iteration_tasks`: a pure function of the seed and
 the iteration, so data order survives a restart without saving a cursor.
@@ -107,6 +108,11 @@ def _load_cache(path: pathlib.Path, fingerprint: str) -> dict | None:
     return None
 
 
+def _not_graded(state: code_env.EpisodeState, code: str) -> str:
+  del state, code
+  return "demonstration: not graded"
+
+
 def sft_arrays(
   env: code_env.CodeEnv,
   task_sets: TaskSets,
@@ -116,6 +122,9 @@ def sft_arrays(
 
   Plans that a budget cut before their `<submit>` are dropped (their last
   action would teach the model to stop mid-code); how many is logged.
+  `<run>` actions execute in `env`'s pool (their observations are part of
+  the trajectory); submissions are not executed: no token depends on their
+  grade, and grading every demonstration would cost most of the rendering.
 
   Raises:
     ValueError: no plan fits the environment's budgets.
@@ -126,6 +135,13 @@ def sft_arrays(
   if cached is not None:
     return cached
   by_id = {t.task_id: t for t in task_sets.train}
+  env = code_env.CodeEnv(
+    env.pool,
+    env.tokenizer,
+    env.config,
+    env.judge_config,
+    pre_submit=_not_graded,
+  )
   tokens, valid, trainable, kinds = [], [], [], []
   dropped = 0
   plans = task_sets.plans
