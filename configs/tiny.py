@@ -203,6 +203,9 @@ def get_sft_config(preset: str) -> ml_collections.ConfigDict:
   sft.warmup_steps = 50 if preset == "default" else 2
   # Cosine decay to this fraction of the peak at the last step.
   sft.final_lr_fraction = 0.05
+  # Demonstrations batch by length rounded up to 32 tokens: ~6% padding
+  # (128: ~22%) for ~10 compiled widths.
+  sft.length_bucket = 32
   # Steps between log lines.
   sft.log_every = 50 if preset == "default" else 10
   return sft

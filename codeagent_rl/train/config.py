@@ -128,6 +128,9 @@ class SFTConfig:
     warmup_steps: linear warmup steps.
     final_lr_fraction: the rate at the last step as a fraction of the peak,
       reached by a cosine decay after warmup; 1.0 keeps the peak rate.
+    length_bucket: demonstrations are batched with others of the same length
+      rounded up to a multiple of this (smaller: less padding, more
+      compiled widths).
     log_every: steps between progress lines / metrics.
   """
 
@@ -136,11 +139,14 @@ class SFTConfig:
   learning_rate: float
   warmup_steps: int
   final_lr_fraction: float
+  length_bucket: int
   log_every: int
 
   def __post_init__(self):
     _int_at_least("sft", self, ("steps", "warmup_steps"), low=0)
-    _int_at_least("sft", self, ("batch_size", "log_every"), low=1)
+    _int_at_least(
+      "sft", self, ("batch_size", "length_bucket", "log_every"), low=1
+    )
     _positive_float("sft", self, ("learning_rate",))
     if not 0.0 <= self.final_lr_fraction <= 1.0:
       raise ValueError(

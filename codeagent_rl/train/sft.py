@@ -174,7 +174,7 @@ def _train(exp, arrays, actor, shardings, optim, mesh, rules, log_metrics=None):
   batches = length_grouped_batches(
     arrays["valid"].sum(axis=1),
     cfg.batch_size,
-    exp.ppo.length_bucket,
+    cfg.length_bucket,
     arrays["tokens"].shape[1],
     np.random.default_rng([exp.seed, 0x5F7]),
   )
