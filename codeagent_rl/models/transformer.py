@@ -383,14 +383,27 @@ class Attention(nn.Module):
       new_kv = LayerKV(k=k_all, v=v_all)
       k, v = k_all.astype(cfg.jnp_dtype), v_all.astype(cfg.jnp_dtype)
       kv_layout = "bksh"
-    logits = jnp.einsum(f"btkgh,{kv_layout}->bkgts", q, k).astype(jnp.float32)
+    # A decode step (one new token against the cache) multiplies and sums
+    # by broadcasting: XLA's CPU dot over [B, K] batches of [G, H] x [S, H]
+    # was 2.8x slower at B=32, S=832 (measured); same values.
+    step = layer_kv is not None and t == 1
+    if step:
+      logits = jnp.sum(q[:, 0, :, :, None, :] * k[:, :, None], axis=-1)
+      logits = logits[:, :, :, None].astype(jnp.float32)
+    else:
+      logits = jnp.einsum(f"btkgh,{kv_layout}->bkgts", q, k)
+      logits = logits.astype(jnp.float32)
     logits = logits / jnp.sqrt(jnp.float32(cfg.head_dim))
     visible = key_valid[:, None, :] & (
       key_pos[:, None, :] <= positions[:, :, None]
     )  # [B, T, S]
     logits = jnp.where(visible[:, None, None], logits, _MASK_VALUE)
     probs = jax.nn.softmax(logits, axis=-1).astype(cfg.jnp_dtype)
-    out = jnp.einsum(f"bkgts,{kv_layout}->btkgh", probs, v)
+    if step:
+      out = jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None], axis=-2)
+      out = out[:, None]
+    else:
+      out = jnp.einsum(f"bkgts,{kv_layout}->btkgh", probs, v)
     out = out.reshape(b, t, cfg.num_heads, cfg.head_dim)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads", "kv"))
     out = OutProjection(cfg, name="o_proj")(out)
