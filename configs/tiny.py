@@ -2,7 +2,7 @@ r"""Tiny experiment on a 2-core CPU: SFT then PPO on synthetic code tasks.
 
     python -m codeagent_rl.main --config=configs/tiny.py --workdir=/tmp/tiny
 
-A byte-level model of ~1.7M parameters learns from rendered demonstrations
+A byte-level model of ~1.1M parameters learns from rendered demonstrations
 (some of them flawed on purpose: a submitted bug, hard-coded visible tests,
 an early exit), then PPO with a critic improves it on pure sandbox rewards
 guarded by both anti-cheat stages. The sandbox is configured by absl flags
@@ -193,7 +193,7 @@ def get_sft_config(preset: str) -> ml_collections.ConfigDict:
   # 0.1 (right shape of code, constants not copied from the prompt, held-out
   # pass@1 ~0.01 at 300 steps) until ~1000 steps, then falls (0.064 at
   # 1500: held-out greedy pass@1 0.26, sampled 0.10). ~0.8 steps/s on 2
-  # idle cores: ~31 minutes, over the demo's 20-minute target.
+  # idle cores: ~30 minutes, over the issue's 20-minute target for the demo.
   sft.steps = 1500 if preset == "default" else 20
   # Demonstrations per step.
   sft.batch_size = 16 if preset == "default" else 8
