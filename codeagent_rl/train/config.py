@@ -132,6 +132,8 @@ class SFTConfig:
       rounded up to a multiple of this (smaller: less padding, more
       compiled widths).
     log_every: steps between progress lines / metrics.
+    save_every: steps between checkpoints an interrupted SFT resumes from
+      (0: only the finished SFT is saved).
   """
 
   steps: int
@@ -141,9 +143,10 @@ class SFTConfig:
   final_lr_fraction: float
   length_bucket: int
   log_every: int
+  save_every: int
 
   def __post_init__(self):
-    _int_at_least("sft", self, ("steps", "warmup_steps"), low=0)
+    _int_at_least("sft", self, ("steps", "warmup_steps", "save_every"), low=0)
     _int_at_least(
       "sft", self, ("batch_size", "length_bucket", "log_every"), low=1
     )

@@ -4,8 +4,10 @@ The loss is next-token cross-entropy on the trainable (action) tokens only:
 prompts and sandbox observations are context, never targets. The result is
 saved as an orbax checkpoint in `<workdir>/sft/`; it is both the PPO
 starting point and the KL reference. A run that finds that checkpoint
-(resume) restores it instead of training again; an SFT interrupted before
-its end is redone from the start (it is deterministic and takes minutes).
+(resume) restores it instead of training again. Every `sft.save_every`
+steps the actor and its optimiser state are saved there too (the newest
+only), so an SFT interrupted before its end resumes from its last save with
+the same batches and rates; a resumed SFT equals one run straight through.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def run_sft(
     )
   shardings, _ = state_lib.train_state_shardings(exp.model, optim, mesh, rules)
   with _checkpointer(workdir, exp) as ckpt:
-    if ckpt.latest_step() == exp.sft.steps:
+    latest = ckpt.latest_step()
+    if latest == exp.sft.steps:
       restored = ckpt.restore(
         exp.sft.steps, actor=actor, critic=None, rng=jax.random.key(0)
       )
@@ -102,19 +105,39 @@ def run_sft(
       return actor.params, {}
     if arrays is None:
       raise ValueError("run_sft: no demonstrations and no SFT checkpoint.")
+    start = 0
+    if latest is not None and latest < exp.sft.steps:
+      actor = ckpt.restore(
+        latest, actor=actor, critic=None, rng=jax.random.key(0)
+      ).actor
+      start = latest
+      logging.info("SFT: resuming at step %d of %d", start, exp.sft.steps)
+
+    def save(actor, step, metrics):
+      ckpt.save(
+        ckpt_lib.TrainCheckpoint(
+          actor=actor,
+          critic=None,
+          step=step,
+          rng=jax.random.key(0),
+          data_position={"metrics": metrics},
+        ),
+        force=True,
+      )
+
     actor, metrics = _train(
-      exp, arrays, actor, shardings, optim, mesh, rules, log_metrics
+      exp,
+      arrays,
+      actor,
+      shardings,
+      optim,
+      mesh,
+      rules,
+      log_metrics,
+      start=start,
+      save=save,
     )
-    ckpt.save(
-      ckpt_lib.TrainCheckpoint(
-        actor=actor,
-        critic=None,
-        step=exp.sft.steps,
-        rng=jax.random.key(0),
-        data_position={"metrics": metrics},
-      ),
-      force=True,
-    )
+    save(actor, exp.sft.steps, metrics)
     return actor.params, metrics
 
 
@@ -160,7 +183,14 @@ def length_grouped_batches(
       yield epoch[k]
 
 
-def _train(exp, arrays, actor, shardings, optim, mesh, rules, log_metrics=None):
+def _train(
+  exp, arrays, actor, shardings, optim, mesh, rules, log_metrics, start, save
+):
+  """Runs SFT steps `start` .. `sft.steps`; returns (actor, last metrics).
+
+  `save(actor, step, metrics)` is called every `sft.save_every` steps
+  before the last (the caller saves the last).
+  """
   cfg = exp.sft
   model = transformer.Actor(exp.model)
   tx = state_lib.make_optimizer(optim, optim.actor_lr)
@@ -178,11 +208,13 @@ def _train(exp, arrays, actor, shardings, optim, mesh, rules, log_metrics=None):
     arrays["tokens"].shape[1],
     np.random.default_rng([exp.seed, 0x5F7]),
   )
-  start = time.perf_counter()
+  for _ in range(start):  # the batches of the steps already done
+    next(batches)
+  t0 = time.perf_counter()
   window: list[dict[str, float]] = []
   metrics: dict[str, float] = {}
   with sharding.axis_rules(mesh, rules):
-    for step in range(cfg.steps):
+    for step in range(start, cfg.steps):
       rows, width = next(batches)
       batch = {
         k: arrays[k][rows, :width] for k in ("tokens", "valid", "trainable")
@@ -200,8 +232,8 @@ def _train(exp, arrays, actor, shardings, optim, mesh, rules, log_metrics=None):
             f"SFT step {step + 1}: the loss is {metrics['sft/loss']}; lower"
             " config.sft.learning_rate. Nothing was saved."
           )
-        elapsed = time.perf_counter() - start
-        metrics["sft/steps_per_s"] = (step + 1) / elapsed
+        elapsed = time.perf_counter() - t0
+        metrics["sft/steps_per_s"] = (step + 1 - start) / elapsed
         logging.info(
           "SFT %d/%d loss %.4f token acc %.3f (%.1f steps/s)",
           step + 1,
@@ -213,4 +245,7 @@ def _train(exp, arrays, actor, shardings, optim, mesh, rules, log_metrics=None):
         if log_metrics is not None:
           log_metrics(step + 1, metrics)
         window = []
+      done = step + 1
+      if cfg.save_every and done % cfg.save_every == 0 and done < cfg.steps:
+        save(actor, done, metrics)
   return actor, metrics

@@ -51,6 +51,7 @@ def test_smoke_config_is_valid():
     ("sft", "batch_size", 0, r"config\.sft\.batch_size=0"),
     ("sft", "learning_rate", -1.0, r"config\.sft\.learning_rate=-1\.0"),
     ("sft", "length_bucket", 0, r"config\.sft\.length_bucket=0"),
+    ("sft", "save_every", -1, r"config\.sft\.save_every=-1"),
     ("sft", "final_lr_fraction", 1.5, r"config\.sft\.final_lr_fraction=1\.5"),
     ("env", "max_turns", 0, r"env\.max_turns=0"),
     ("model", "vocab_size", 256, r"config\.model\.vocab_size=256.*272"),
