@@ -12,8 +12,8 @@ One iteration:
   5. token rewards (terminal score, k1 KL penalty when `rl.kl.placement` is
      "reward") -> advantages (`rl.advantage.estimator`) -> whitening;
   6. `ppo.epochs` passes over shuffled minibatches, each an actor and a
-     critic update accumulated over micro-batches (the actor stays frozen
-     for `ppo.critic_warmup_iterations`);
+     critic update accumulated over micro-batches (with a critic, the actor
+     stays frozen for `ppo.critic_warmup_iterations`);
   7. metrics, monitors, evaluation every `ppo.eval_every`, a checkpoint every
      `checkpoint.save_every` iterations.
 
@@ -157,6 +157,17 @@ class Learner:
     return sharding.shard_batch(tree, self.mesh, self.rules)
 
 
+def actor_trains(exp: exp_lib.Experiment, iteration: int) -> bool:
+  """Whether the actor updates in `iteration` (0-based).
+
+  With a critic, the first `ppo.critic_warmup_iterations` train only the
+  critic (its value head starts from zero). A critic-free estimator has
+  nothing to warm up: the actor trains from the first iteration, so the
+  estimators are compared at the same number of actor updates.
+  """
+  return not exp.uses_critic or iteration >= exp.ppo.critic_warmup_iterations
+
+
 def _trim(rollout: agent_loop.Rollout, bucket: int) -> dict[str, np.ndarray]:
   """Host arrays of the batch cut to the bucketed longest row."""
   batch = rollout.batch
@@ -273,7 +284,7 @@ def ppo_iteration(
         values, returns, arrays["trainable"]
       )
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-  train_actor = iteration >= exp.ppo.critic_warmup_iterations
+  train_actor = actor_trains(exp, iteration)
   host_batch = jax.device_get(batch)
   rows = host_batch.tokens.shape[0]
   size = rows // exp.ppo.minibatches

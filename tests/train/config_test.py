@@ -9,6 +9,7 @@ import ml_collections
 import pytest
 
 from codeagent_rl.train import experiment
+from codeagent_rl.train import ppo as ppo_lib
 from configs import tiny
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -158,3 +159,13 @@ def test_cli_rejects_a_bad_value_in_one_line(tmp_path):
   assert lines[-1].startswith("error: config.ppo.epochs=0"), proc.stderr
   # The run stopped before it touched the workdir.
   assert not workdir.exists()
+
+
+@pytest.mark.parametrize(
+  "preset, frozen", [("default", 2), ("algo=gae", 2), ("algo=grpo", 0)]
+)
+def test_only_a_critic_is_warmed_up(preset, frozen):
+  exp = experiment.Experiment.from_config(tiny.get_config(preset))
+  assert exp.ppo.critic_warmup_iterations == 2
+  trains = [ppo_lib.actor_trains(exp, i) for i in range(4)]
+  assert trains == [False] * frozen + [True] * (4 - frozen)
