@@ -150,25 +150,36 @@ def test_unshardable_model_raises_before_compiling():
     state.train_state_shardings(MODEL, OPTIM, mesh, RULES)
 
 
-def test_warmup_then_cosine_decay():
+def _adam_moves(steps: int, **fields) -> tuple[list[float], state.OptimConfig]:
+  """How far each of `steps` AdamW updates of a constant gradient moves.
+
+  `fields` override the common optim section (rate 0.1, no weight decay,
+  no clipping by default); returns (moves, the config).
+  """
   cfg = state.OptimConfig.from_config(
     {
       **common.get_optim_config().to_dict(),
       "actor_lr": 0.1,
       "weight_decay": 0.0,
-      "warmup_steps": 2,
-      "decay_steps": 6,
-      "final_lr_fraction": 0.1,
       "grad_clip_norm": None,
+      **fields,
     }
   )
   tx, _ = state.make_optimizers(cfg)
   s = state.TrainState.create(jnp.zeros(3), tx)
   moved = []
-  for _ in range(8):
+  for _ in range(steps):
     before = s.params
     s = s.apply_gradients(jnp.ones(3), tx)
     moved.append(float(before[0] - s.params[0]))
+  assert int(s.step) == steps
+  return moved, cfg
+
+
+def test_warmup_then_cosine_decay():
+  moved, _ = _adam_moves(
+    8, warmup_steps=2, decay_steps=6, final_lr_fraction=0.1
+  )
   # A constant gradient moves Adam by ~lr per step: warmup 1/2, 2/2, then
   # a cosine from the peak to 0.1 x peak at step 6, flat after.
   cosine = [
@@ -189,25 +200,9 @@ def test_bad_decay_is_named(field, value):
 
 
 def test_warmup_and_clip():
-  cfg = state.OptimConfig.from_config(
-    {
-      **common.get_optim_config().to_dict(),
-      "actor_lr": 0.1,
-      "weight_decay": 0.0,
-      "warmup_steps": 4,
-      "grad_clip_norm": None,
-    }
-  )
-  tx, _ = state.make_optimizers(cfg)
-  s = state.TrainState.create(jnp.zeros(3), tx)
-  moved = []
-  for _ in range(6):
-    before = s.params
-    s = s.apply_gradients(jnp.ones(3), tx)
-    moved.append(float(before[0] - s.params[0]))
+  moved, cfg = _adam_moves(6, warmup_steps=4)
   # Adam's first steps with a constant gradient move by ~lr; warmup scales it.
   np.testing.assert_allclose(moved, [0.025, 0.05, 0.075, 0.1, 0.1, 0.1], 1e-3)
-  assert int(s.step) == 6
   clip_cfg = state.OptimConfig.from_config(
     {**cfg.__dict__, "grad_clip_norm": 1.0, "warmup_steps": 0}
   )
