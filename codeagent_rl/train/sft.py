@@ -8,6 +8,8 @@ starting point and the KL reference. A run that finds that checkpoint
 steps the actor and its optimiser state are saved there too (the newest
 only), so an SFT interrupted before its end resumes from its last save with
 the same batches and rates; a resumed SFT equals one run straight through.
+A checkpoint past `sft.steps` (the steps were lowered in the same workdir)
+is an error: it is neither trained over nor deleted.
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ def run_sft(
 
   Returns:
     (actor params, final scalars {"sft/loss", "sft/token_accuracy", ...}).
+
+  Raises:
+    ValueError: `<workdir>/sft` holds a checkpoint past `sft.steps`, or
+      there is nothing to train on (`arrays` is None).
   """
   workdir = pathlib.Path(workdir)
   optim = sft_optim(exp)
@@ -95,6 +101,13 @@ def run_sft(
   shardings, _ = state_lib.train_state_shardings(exp.model, optim, mesh, rules)
   with _checkpointer(workdir, exp) as ckpt:
     latest = ckpt.latest_step()
+    if latest is not None and latest > exp.sft.steps:
+      raise ValueError(
+        f"{ckpt.directory} holds an SFT checkpoint at step {latest}, past"
+        f" config.sft.steps={exp.sft.steps}; nothing was trained or deleted."
+        " Use a fresh --workdir, or set"
+        f" --config.sft.steps={latest} to reuse that checkpoint."
+      )
     if latest == exp.sft.steps:
       restored = ckpt.restore(
         exp.sft.steps, actor=actor, critic=None, rng=jax.random.key(0)

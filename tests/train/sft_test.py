@@ -40,6 +40,14 @@ def _leaves(params):
   return [np.asarray(x) for x in jax.tree.leaves(params)]
 
 
+def _snapshot(directory):
+  """{relative path: (size, mtime_ns)} of everything under `directory`."""
+  return {
+    str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+    for p in directory.rglob("*")
+  }
+
+
 def test_interrupted_sft_resumes_and_equals_a_straight_run(tmp_path):
   exp = _experiment(steps=6)
   mesh, rules = exp.make_mesh()
@@ -73,3 +81,31 @@ def test_interrupted_sft_resumes_and_equals_a_straight_run(tmp_path):
   assert not seen
   for a, b in zip(_leaves(resumed), _leaves(again), strict=True):
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_checkpoint_past_sft_steps_is_an_error_and_is_kept(tmp_path):
+  arrays = _arrays()
+  exp = _experiment(steps=4)
+  mesh, rules = exp.make_mesh()
+  sft_lib.run_sft(exp, arrays, tmp_path, mesh, rules)
+  sft_dir = tmp_path / sft_lib.SFT_DIR
+  assert sorted(p.name for p in sft_dir.iterdir()) == ["4"]
+  before = _snapshot(sft_dir)
+
+  seen = []
+  with pytest.raises(ValueError, match="step 4") as raised:
+    sft_lib.run_sft(
+      _experiment(steps=2),
+      arrays,
+      tmp_path,
+      mesh,
+      rules,
+      log_metrics=lambda s, m: seen.append(s),
+    )
+  message = str(raised.value)
+  assert str(sft_dir) in message
+  assert "config.sft.steps=2" in message
+  assert "--config.sft.steps=4" in message
+  assert not seen  # nothing was trained
+  assert sorted(p.name for p in sft_dir.iterdir()) == ["4"]  # no step 2
+  assert _snapshot(sft_dir) == before  # nothing changed or deleted
