@@ -7,11 +7,14 @@ an iteration takes ~5x longer, and the cache lets each later run reuse the
 first one's compiled steps. The smoke preset, shrunk further by overrides
 (2 held-out tasks, greedy evaluation only, one trajectory shape), runs first
 from scratch; the other runs copy its workdir (with or without its PPO
-iterations) instead of training SFT again. The tests then read what the
-runs left: workdir files, console lines, summaries, errors, checkpoints
-(restored here on the 8-device mesh).
+iterations) instead of training SFT again; the HumanEval evaluation job
+(configs/eval_humaneval.py) runs on two such copies. The tests then read
+what the runs left: workdir files, console lines, summaries, errors,
+checkpoints (restored here on the 8-device mesh).
 """
 
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -28,11 +31,13 @@ import pytest
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.sandbox import config as sandbox_config_lib
+from codeagent_rl.train import eval_job
 from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo
 from codeagent_rl.train import run
 from codeagent_rl.train import sft
+from configs import eval_humaneval
 from configs import tiny
 
 SANDBOX = sandbox_config_lib.SandboxConfig(
@@ -54,6 +59,7 @@ GVISOR = sandbox_config_lib.SandboxConfig(
   max_file_mb=8,
 )
 ITERATIONS = 4  # ppo.iterations of the test config
+HUMANEVAL_TASKS = 2  # humaneval.num_tasks of the test eval config
 # The metric names metrics.py promises (its docstring is the contract).
 CONTRACT_KEYS = re.findall(
   r"^  ([a-z0-9_]+/[a-z0-9_]+) ", metrics_lib.__doc__, flags=re.M
@@ -89,6 +95,16 @@ def _config(preset="smoke", **overrides):
     for part in section.split("."):
       node = node[part]
     node[field] = value
+  return config
+
+
+def _eval_config(**humaneval):
+  """The HumanEval job on a smoke run: the first problems, greedy only."""
+  config = eval_humaneval.get_config("tiny:smoke")
+  config.eval.sampled = False
+  config.humaneval.num_tasks = HUMANEVAL_TASKS
+  for field, value in humaneval.items():
+    config.humaneval[field] = value
   return config
 
 
@@ -175,12 +191,29 @@ def _run(name, root, config, sandbox=SANDBOX, stop=None, **kwargs):
       config, root / name, sandbox, stop=stop, console=console, **kwargs
     )
   except Exception as e:  # recorded for the test that expects it
-    record["error"] = {
-      "type": type(e).__name__,
-      "message": str(e),
-      "traceback": traceback.format_exc(),
-    }
+    record["error"] = _error(e)
   return record
+
+
+def _run_job(name, root, config):
+  """One `run.run_job` call (as main.py makes it); its stdout lines too."""
+  stdout = io.StringIO()
+  record = {"console": [], "summary": None, "error": None}
+  try:
+    with contextlib.redirect_stdout(stdout):
+      record["summary"] = run.run_job(config, root / name, SANDBOX)
+  except Exception as e:  # recorded for the test that expects it
+    record["error"] = _error(e)
+  record["console"] = stdout.getvalue().splitlines()
+  return record
+
+
+def _error(e):
+  return {
+    "type": type(e).__name__,
+    "message": str(e),
+    "traceback": traceback.format_exc(),
+  }
 
 
 def run_all(root: pathlib.Path) -> dict:
@@ -188,6 +221,15 @@ def run_all(root: pathlib.Path) -> dict:
   results = {}
   results["smoke"] = _run("smoke", root, _config(), iterations=2)
   _strip_ppo(_copy(root / "smoke", root / "sft_only"))
+  # HumanEval on the smoke run (PPO checkpoints 1 and 2), converting the
+  # problems; then on a run without PPO, reading the converted ones.
+  _copy(root / "smoke", root / "humaneval")
+  results["humaneval"] = _run_job("humaneval", root, _eval_config())
+  _copy(root / "sft_only", root / "humaneval_sft")
+  tasks_file = root / "humaneval" / eval_job.TASKS_CACHE
+  results["humaneval_sft"] = _run_job(
+    "humaneval_sft", root, _eval_config(tasks_file=str(tasks_file))
+  )
   _copy(root / "smoke", root / "again")
   results["again"] = _run("again", root, _config(), iterations=2)
   # Resume equivalence: interrupted after 2 (the smoke run) vs straight.
@@ -409,6 +451,62 @@ def test_stop_request_saves_and_returns(runs):
     "a stop requested after the iteration's save point must still save"
     " (ppo.run_ppo: save again when stop.requested breaks the loop)"
   )
+
+
+def _humaneval_ok(record, workdir):
+  """The job's result; checks that it is the one on disk and printed."""
+  result = _ok(record)
+  assert json.loads((workdir / eval_job.RESULT).read_text()) == result
+  assert result["num_tasks"] == HUMANEVAL_TASKS
+  pass_a = result["humaneval/greedy/pass_a"]
+  pass_ab = result["humaneval/greedy/pass_ab"]
+  assert 0.0 <= pass_ab <= pass_a <= 1.0  # A-and-B passes imply A passes
+  assert result["humaneval/greedy/turns_mean"] >= 1.0  # the model acted
+  assert not [k for k in result if "/sampled/" in k]  # eval.sampled=False
+  assert record["console"][-2:] == [
+    f"evaluating {result['checkpoint']} on HumanEval",
+    f"HumanEval ({HUMANEVAL_TASKS} problems, greedy): pass@1 {pass_a:.3f},"
+    f" with held-out suite B {pass_ab:.3f}",
+  ]
+  return result
+
+
+def test_humaneval_job_evaluates_the_newest_ppo_checkpoint(runs):
+  root, results = runs
+  workdir = root / "humaneval"
+  result = _humaneval_ok(results["humaneval"], workdir)
+  assert _latest_step(workdir) == (2, [1, 2])
+  assert result["checkpoint"] == f"PPO iteration 2 ({workdir / ppo.PPO_DIR})"
+  # The problems were converted now and cached, only as many as asked.
+  lines = (workdir / eval_job.TASKS_CACHE).read_text().splitlines()
+  tasks = [json.loads(line) for line in lines]
+  assert [t["task_id"] for t in tasks] == [
+    f"HumanEval/{i}" for i in range(HUMANEVAL_TASKS)
+  ]
+  assert all(t["hidden_tests"] and t["heldout_tests"] for t in tasks)
+
+
+def test_humaneval_job_falls_back_to_the_sft_checkpoint(runs):
+  root, results = runs
+  workdir = root / "humaneval_sft"
+  result = _humaneval_ok(results["humaneval_sft"], workdir)
+  assert not (workdir / ppo.PPO_DIR).exists()
+  assert result["checkpoint"] == f"SFT step 4 ({workdir / sft.SFT_DIR})"
+  assert not (workdir / eval_job.TASKS_CACHE).exists()  # read tasks_file
+
+
+def test_humaneval_job_without_a_checkpoint_says_to_train_first(tmp_path):
+  workdir = tmp_path / "untrained"
+  # Both checkpoint folders exist but hold no step (stopped before a save).
+  (workdir / ppo.PPO_DIR).mkdir(parents=True)
+  (workdir / sft.SFT_DIR).mkdir()
+  with pytest.raises(FileNotFoundError) as error:
+    run.run_job(_eval_config(), workdir, SANDBOX)
+  message = str(error.value)
+  assert message.startswith(f"{workdir} has no PPO "), message
+  assert " train first: python -m codeagent_rl.main --config=" in message
+  assert message.endswith(f" --workdir={workdir}"), message
+  assert not (workdir / eval_job.RESULT).exists()
 
 
 if __name__ == "__main__":
