@@ -19,6 +19,7 @@ from ml_collections import config_flags
 
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
+from codeagent_rl.train import eval_job
 from codeagent_rl.train import experiment
 from codeagent_rl.train import run
 
@@ -43,8 +44,8 @@ def main(argv: list[str]) -> None:
     sys.exit(f"error: {e}")
   try:
     run.run_job(config, _WORKDIR.value, sandbox)
-  except gvisor.RunscNotFoundError as e:
-    sys.exit(str(e))
+  except (gvisor.RunscNotFoundError, eval_job.CheckpointNotFoundError) as e:
+    sys.exit(str(e))  # messages written for users: no traceback
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # What main.py runs.
   config.job = "evaluate"
   config.humaneval = ml_collections.ConfigDict()
+  # The training config of the run, as given here (named in the message
+  # that says to train first).
+  config.humaneval.train_config = f"{name}:{presets}" if presets else name
   # Tasks JSONL from `python -m codeagent_rl.tasks.humaneval --out=...`;
   # "": convert now (cached as humaneval.jsonl in the workdir).
   config.humaneval.tasks_file = ""

@@ -9,8 +9,11 @@ The newest PPO checkpoint in the workdir is evaluated (the SFT checkpoint
 if PPO has not saved one). Tasks come from `humaneval.tasks_file`, or are
 converted now (tasks/humaneval.py: suite A is HumanEval's own `check`,
 suite B an augmented held-out suite) and cached as `humaneval.jsonl` in the
-workdir. The result, pass@1 on suite A (the HumanEval metric) and on A-and-B,
-greedy and sampled, goes to `eval_humaneval.json` and the console.
+workdir. The cache holds the first problems in HumanEval order: a run that
+asks for more converts the missing ones and adds them; a cache that does not
+read as such (damaged, other tasks) is converted again. The result, pass@1
+on suite A (the HumanEval metric) and on A-and-B, greedy and sampled, goes to
+`eval_humaneval.json` and the console.
 """
 
 from __future__ import annotations
@@ -48,17 +51,26 @@ class HumanEvalConfig:
   """Validated `config.humaneval`.
 
   Attributes:
+    train_config: the training config of the run, "name[:presets]" as
+      configs/eval_humaneval.py takes it (named in the message that says to
+      train first).
     tasks_file: HumanEval tasks JSONL (from `python -m
       codeagent_rl.tasks.humaneval --out=...`); "" converts them now.
     num_tasks: evaluate the first N problems; 0 for all 164.
     batch_size: episodes run together.
   """
 
+  train_config: str
   tasks_file: str
   num_tasks: int
   batch_size: int
 
   def __post_init__(self):
+    if not isinstance(self.train_config, str) or not self.train_config:
+      raise ValueError(
+        f"config.humaneval.train_config={self.train_config!r}: must name the"
+        ' training config, e.g. "tiny:smoke".'
+      )
     if type(self.num_tasks) is not int or self.num_tasks < 0:
       raise ValueError(
         f"config.humaneval.num_tasks={self.num_tasks!r}: must be an integer"
@@ -71,33 +83,83 @@ class HumanEvalConfig:
       )
 
 
+class CheckpointNotFoundError(FileNotFoundError):
+  """The workdir has no checkpoint to evaluate; the message says what to run."""
+
+
+def _first_ids(n: int) -> list[str]:
+  return [f"HumanEval/{i}" for i in range(n)]
+
+
+def _cached_tasks(path: pathlib.Path) -> list[schema.Task]:
+  """The problems in the cache; [] if it is missing or not a valid cache.
+
+  A valid cache holds HumanEval/0 .. HumanEval/k-1 in that order (what
+  `_tasks` writes); anything else is converted again rather than trusted.
+  """
+  if not path.exists():
+    return []
+  try:
+    tasks = schema.read_tasks(path)
+  except (schema.TaskFormatError, UnicodeDecodeError) as e:
+    logging.warning("%s is damaged (%s); converting again", path, e)
+    return []
+  if [t.task_id for t in tasks] != _first_ids(len(tasks)):
+    logging.warning(
+      "%s does not hold the first HumanEval problems in order; converting"
+      " again",
+      path,
+    )
+    return []
+  return tasks
+
+
 def _tasks(
   cfg: HumanEvalConfig, workdir: pathlib.Path, pool: Any
 ) -> list[schema.Task]:
-  path = pathlib.Path(cfg.tasks_file) if cfg.tasks_file else None
-  if path is None:
-    path = workdir / TASKS_CACHE
-    if not path.exists():
-      ids = None
-      if cfg.num_tasks:
-        ids = [f"HumanEval/{i}" for i in range(cfg.num_tasks)]
-      problems = humaneval.load_problems(ids)
-      tasks = humaneval.convert(pool, problems)
-      schema.write_tasks(path, tasks)
-  tasks = schema.read_tasks(path)
-  return tasks[: cfg.num_tasks] if cfg.num_tasks else tasks
+  """The first `cfg.num_tasks` problems (all if 0), from file or cache.
+
+  Without `cfg.tasks_file`, problems the cache in `workdir` lacks are
+  converted in `pool` and added to it.
+  """
+  if cfg.tasks_file:
+    tasks = schema.read_tasks(cfg.tasks_file)
+    return tasks[: cfg.num_tasks] if cfg.num_tasks else tasks
+  wanted = _first_ids(cfg.num_tasks or humaneval.NUM_PROBLEMS)
+  path = workdir / TASKS_CACHE
+  tasks = _cached_tasks(path)
+  if len(tasks) < len(wanted):
+    missing = wanted[len(tasks) :]
+    logging.info("converting %d HumanEval problems", len(missing))
+    tasks += humaneval.convert(pool, humaneval.load_problems(missing))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    schema.write_tasks(tmp, tasks)
+    os.replace(tmp, path)  # a crash mid-write leaves the old cache
+  return tasks[: len(wanted)]
 
 
 def restore_actor_params(
-  exp: exp_lib.Experiment, workdir: pathlib.Path, mesh, rules
+  exp: exp_lib.Experiment,
+  workdir: pathlib.Path,
+  mesh,
+  rules,
+  train_config: str,
 ) -> tuple[Any, str]:
   """The newest PPO actor params of a run, else its SFT params.
+
+  Args:
+    exp: the run's training experiment (the restore target).
+    workdir: the run's workdir.
+    mesh: the device mesh to restore onto.
+    rules: the logical axis rules.
+    train_config: the run's training config, "name[:presets]" (named in
+      the error).
 
   Returns:
     (params, a description of the checkpoint).
 
   Raises:
-    FileNotFoundError: the workdir has neither checkpoint.
+    CheckpointNotFoundError: the workdir has neither checkpoint.
   """
   cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
   ppo_dir = workdir / ppo_lib.PPO_DIR
@@ -120,9 +182,11 @@ def restore_actor_params(
         rng=jax.random.key(0),
       )
       return restored.actor.params, f"{what} {step} ({directory})"
-  raise FileNotFoundError(
+  name, colon, presets = train_config.partition(":")
+  flag = f"configs/{name}.py{colon}{presets}"
+  raise CheckpointNotFoundError(
     f"{workdir} has no PPO ({ppo_dir}) or SFT ({sft_dir}) checkpoint; train"
-    " first: python -m codeagent_rl.main --config=configs/tiny.py"
+    f" first: python -m codeagent_rl.main --config={flag}"
     f" --workdir={workdir}"
   )
 
@@ -164,7 +228,9 @@ def evaluate_checkpoint(
   exp = exp_lib.Experiment.from_config(train_cfg)
   workdir = pathlib.Path(workdir)
   mesh, rules = exp.make_mesh()
-  params, what = restore_actor_params(exp, workdir, mesh, rules)
+  params, what = restore_actor_params(
+    exp, workdir, mesh, rules, he_cfg.train_config
+  )
   console(f"evaluating {what} on HumanEval")
   with harness.SandboxPool(sandbox) as pool:
     tasks = _tasks(he_cfg, workdir, pool)

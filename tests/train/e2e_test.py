@@ -31,6 +31,7 @@ import pytest
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.sandbox import config as sandbox_config_lib
+from codeagent_rl.sandbox import harness
 from codeagent_rl.train import eval_job
 from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
@@ -98,9 +99,9 @@ def _config(preset="smoke", **overrides):
   return config
 
 
-def _eval_config(**humaneval):
+def _eval_config(train_config="tiny:smoke", **humaneval):
   """The HumanEval job on a smoke run: the first problems, greedy only."""
-  config = eval_humaneval.get_config("tiny:smoke")
+  config = eval_humaneval.get_config(train_config)
   config.eval.sampled = False
   config.humaneval.num_tasks = HUMANEVAL_TASKS
   for field, value in humaneval.items():
@@ -495,18 +496,108 @@ def test_humaneval_job_falls_back_to_the_sft_checkpoint(runs):
   assert not (workdir / eval_job.TASKS_CACHE).exists()  # read tasks_file
 
 
-def test_humaneval_job_without_a_checkpoint_says_to_train_first(tmp_path):
+@pytest.mark.parametrize(
+  "train_config, flag",
+  [("tiny:smoke", "configs/tiny.py:smoke"), ("tiny", "configs/tiny.py")],
+)
+def test_humaneval_job_without_a_checkpoint_says_to_train_first(
+  tmp_path, train_config, flag
+):
   workdir = tmp_path / "untrained"
   # Both checkpoint folders exist but hold no step (stopped before a save).
   (workdir / ppo.PPO_DIR).mkdir(parents=True)
   (workdir / sft.SFT_DIR).mkdir()
-  with pytest.raises(FileNotFoundError) as error:
-    run.run_job(_eval_config(), workdir, SANDBOX)
+  config = _eval_config(train_config)
+  assert config.humaneval.train_config == train_config
+  with pytest.raises(eval_job.CheckpointNotFoundError) as error:
+    run.run_job(config, workdir, SANDBOX)
+  assert isinstance(error.value, FileNotFoundError)
   message = str(error.value)
   assert message.startswith(f"{workdir} has no PPO "), message
-  assert " train first: python -m codeagent_rl.main --config=" in message
-  assert message.endswith(f" --workdir={workdir}"), message
+  # The command that trains the run this eval config is for.
+  assert message.endswith(
+    f" train first: python -m codeagent_rl.main --config={flag}"
+    f" --workdir={workdir}"
+  ), message
   assert not (workdir / eval_job.RESULT).exists()
+
+
+def test_cli_without_a_checkpoint_exits_with_the_message(tmp_path):
+  workdir = tmp_path / "untrained"
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "codeagent_rl.main",
+      "--config=configs/eval_humaneval.py:tiny:smoke",
+      f"--workdir={workdir}",
+      "--sandbox_backend=process",
+    ],
+    cwd=REPO_ROOT,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode != 0
+  assert "Traceback" not in proc.stderr, proc.stderr
+  lines = [line for line in proc.stderr.splitlines() if line.strip()]
+  assert lines[-1].startswith(f"{workdir} has no PPO "), proc.stderr
+  assert lines[-1].endswith(
+    f" --config=configs/tiny.py:smoke --workdir={workdir}"
+  ), proc.stderr
+  assert not workdir.exists()
+
+
+def _cache_ids(workdir):
+  tasks = (workdir / eval_job.TASKS_CACHE).read_text().splitlines()
+  return [json.loads(line)["task_id"] for line in tasks]
+
+
+def test_humaneval_task_cache_follows_num_tasks(tmp_path, monkeypatch):
+  """A cache made for fewer problems is extended; a bad one is rebuilt."""
+  converted = []
+  convert = eval_job.humaneval.convert
+
+  def spy(pool, problems):
+    converted.append([p["task_id"] for p in problems])
+    return convert(pool, problems)
+
+  monkeypatch.setattr(eval_job.humaneval, "convert", spy)
+  # "All" problems are 5 here, to keep the conversions few.
+  monkeypatch.setattr(eval_job.humaneval, "NUM_PROBLEMS", 5)
+  ids = [f"HumanEval/{i}" for i in range(5)]
+  cache = tmp_path / eval_job.TASKS_CACHE
+
+  def tasks(num_tasks):
+    config = _eval_config(num_tasks=num_tasks).humaneval.to_dict()
+    cfg = eval_job.HumanEvalConfig(**config)
+    converted.clear()
+    got = eval_job._tasks(cfg, tmp_path, pool)
+    return [t.task_id for t in got], converted[:]
+
+  with harness.SandboxPool(SANDBOX) as pool:
+    assert tasks(2) == (ids[:2], [ids[:2]])
+    assert _cache_ids(tmp_path) == ids[:2]
+    first_two = cache.read_text().splitlines()
+    # More than cached: only the missing problem is converted, then cached.
+    assert tasks(3) == (ids[:3], [ids[2:3]])
+    assert _cache_ids(tmp_path) == ids[:3]
+    assert cache.read_text().splitlines()[:2] == first_two
+    # Fewer than cached: read, nothing converted.
+    assert tasks(1) == (ids[:1], [])
+    # 0 is all of them.
+    assert tasks(0) == (ids, [ids[3:]])
+    assert _cache_ids(tmp_path) == ids
+    # A damaged cache (a write cut short) is converted again, not trusted.
+    cache.write_text(cache.read_text()[:-20])
+    assert tasks(2) == (ids[:2], [ids[:2]])
+    assert _cache_ids(tmp_path) == ids[:2]
+    # So is one that holds other problems than the first ones.
+    lines = cache.read_text().splitlines()
+    cache.write_text(f"{lines[1]}\n{lines[0]}\n")
+    assert tasks(2) == (ids[:2], [ids[:2]])
+    assert cache.read_text().splitlines() == lines
 
 
 if __name__ == "__main__":
