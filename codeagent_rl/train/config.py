@@ -172,6 +172,10 @@ class PPOConfig:
       are accumulated over its micro-batches (exactly: one normaliser).
     critic_warmup_iterations: first iterations that train only the critic
       (the actor is frozen while the value head learns the returns).
+    skip_actor_on_flat_rewards: the actor does not update in an iteration
+      whose rollouts all got the same `Rewards.total` (the critic still
+      does): the task then gives no policy gradient, and whitening would
+      scale the advantages' noise (critic errors, KL shaping) to unit size.
     length_bucket: trajectories are padded to a multiple of this (at most
       `env.max_total_tokens`), so few shapes compile and short batches stay
       cheap.
@@ -185,11 +189,17 @@ class PPOConfig:
   minibatches: int
   micro_batch_size: int
   critic_warmup_iterations: int
+  skip_actor_on_flat_rewards: bool
   length_bucket: int
   eval_every: int
 
   def __post_init__(self):
     _int_at_least("ppo", self, ("critic_warmup_iterations",), low=0)
+    if type(self.skip_actor_on_flat_rewards) is not bool:
+      raise ValueError(
+        "config.ppo.skip_actor_on_flat_rewards="
+        f"{self.skip_actor_on_flat_rewards!r}: must be a bool."
+      )
     _int_at_least(
       "ppo",
       self,

@@ -19,6 +19,9 @@ and `codeagent_rl.anticheat.monitors`):
   loss/critic             value loss
   loss/policy             PPO policy loss
   policy/clip_frac        share of trainable tokens whose ratio was clipped
+  policy/actor_trained    1 when the actor updated (0: critic warm-up, or
+                          flat rewards with ppo.skip_actor_on_flat_rewards)
+  policy/flat_rewards     1 when every rollout got the same Rewards.total
   perf/tokens_per_s       generated tokens per second of generation
   time/sandbox_wait_share share of the iteration spent waiting on the sandbox
   time/iteration_s        wall time of the iteration

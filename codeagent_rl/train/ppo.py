@@ -13,7 +13,9 @@ One iteration:
      "reward") -> advantages (`rl.advantage.estimator`) -> whitening;
   6. `ppo.epochs` passes over shuffled minibatches, each an actor and a
      critic update accumulated over micro-batches (with a critic, the actor
-     stays frozen for `ppo.critic_warmup_iterations`);
+     stays frozen for `ppo.critic_warmup_iterations`, and with
+     `ppo.skip_actor_on_flat_rewards` in an iteration whose rollouts all got
+     the same `Rewards.total`: `rewards_are_flat`);
   7. metrics, monitors, evaluation every `ppo.eval_every`, a checkpoint every
      `checkpoint.save_every` iterations.
 
@@ -168,6 +170,19 @@ def actor_trains(exp: exp_lib.Experiment, iteration: int) -> bool:
   return not exp.uses_critic or iteration >= exp.ppo.critic_warmup_iterations
 
 
+def rewards_are_flat(total: np.ndarray) -> bool:
+  """Whether every rollout got exactly the same task reward.
+
+  Then the task gives no policy gradient (DAPO drops such GRPO groups); the
+  advantages are critic errors and KL shaping only, which whitening would
+  scale to unit size.
+
+  Args:
+    total: [B] `Rewards.total` of the iteration.
+  """
+  return bool(np.ptp(np.asarray(total, np.float32)) == 0)
+
+
 def _trim(rollout: agent_loop.Rollout, bucket: int) -> dict[str, np.ndarray]:
   """Host arrays of the batch cut to the bucketed longest row."""
   batch = rollout.batch
@@ -284,7 +299,17 @@ def ppo_iteration(
         values, returns, arrays["trainable"]
       )
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-  train_actor = actor_trains(exp, iteration)
+  after_warmup = actor_trains(exp, iteration)
+  flat = rewards_are_flat(rewards.total)
+  skip_flat = exp.ppo.skip_actor_on_flat_rewards and flat
+  train_actor = after_warmup and not skip_flat
+  if after_warmup and skip_flat:
+    logging.info(
+      "PPO iteration %d: every rollout got reward %g, no task signal; only"
+      " the critic is updated (ppo.skip_actor_on_flat_rewards).",
+      iteration,
+      float(np.asarray(rewards.total).flat[0]),
+    )
   host_batch = jax.device_get(batch)
   rows = host_batch.tokens.shape[0]
   size = rows // exp.ppo.minibatches
@@ -307,6 +332,7 @@ def ppo_iteration(
     metrics.update(_mean_metrics(actor_parts))
     metrics.update(_mean_metrics(critic_parts))
   metrics["policy/actor_trained"] = float(train_actor)
+  metrics["policy/flat_rewards"] = float(flat)
   for name in ("loss/policy", "loss/critic", "grad_norm/actor"):
     if name in metrics and not np.isfinite(metrics[name]):
       raise NonFiniteLossError(

@@ -71,6 +71,24 @@ def test_bad_value_is_rejected_naming_the_field(section, field, value, match):
     experiment.Experiment.from_config(config)
 
 
+@pytest.mark.parametrize("value", [None, 1, 0.0, "false"])
+def test_skip_actor_on_flat_rewards_must_be_a_bool(value):
+  values = _smoke().to_dict()
+  values["ppo"]["skip_actor_on_flat_rewards"] = value
+  # Through a plain dict: a ConfigDict itself refuses most non-bools.
+  config = ml_collections.ConfigDict(values)
+  with pytest.raises(
+    ValueError,
+    match=r"config\.ppo\.skip_actor_on_flat_rewards=.*: must be a bool",
+  ):
+    experiment.Experiment.from_config(config)
+  for flag in (True, False):
+    config = _smoke()
+    config.ppo.skip_actor_on_flat_rewards = flag
+    exp = experiment.Experiment.from_config(config)
+    assert exp.ppo.skip_actor_on_flat_rewards is flag
+
+
 def test_eval_needs_a_mode():
   config = _smoke()
   config.eval.greedy = False

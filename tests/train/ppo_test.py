@@ -1,0 +1,228 @@
+"""`ppo_iteration` on a hand-made rollout: who trains when rewards are flat.
+
+The smoke model cut to one block, on the 8 fake test devices; one
+minibatch of 8 rollouts.
+The KL reference is the actor plus noise, so the KL penalty in the reward
+makes the advantages non-zero even when every rollout scores the same: the
+noise that `ppo.skip_actor_on_flat_rewards` keeps away from the actor.
+"""
+
+import copy
+import dataclasses
+import functools
+import logging
+
+from flax import linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from codeagent_rl import types
+from codeagent_rl.models import transformer
+from codeagent_rl.rollout import agent_loop
+from codeagent_rl.train import experiment
+from codeagent_rl.train import metrics as metrics_lib
+from codeagent_rl.train import ppo as ppo_lib
+from configs import tiny
+
+BATCH = 8  # 2 prompts x 4 samples: one row per fake device
+LENGTH = 32
+PROMPT = 8  # leading tokens that are not trainable
+FLAG = "skip_actor_on_flat_rewards"
+
+
+@pytest.fixture(scope="module")
+def learner():
+  config = tiny.get_config("smoke")
+  config.ppo.minibatches = 1
+  config.ppo.micro_batch_size = BATCH
+  config.ppo.length_bucket = LENGTH
+  # One block compiles faster; the loop does not depend on depth.
+  config.model.num_layers = 1
+  # Without decay a param moves only if its gradient is non-zero.
+  config.optim.weight_decay = 0.0
+  exp = experiment.Experiment.from_config(config)
+  assert exp.ppo.rollouts_per_iteration == BATCH
+  assert exp.ppo.critic_warmup_iterations == 0
+  assert getattr(exp.ppo, FLAG)  # the config's default
+  mesh, rules = exp.make_mesh()
+  return ppo_lib.Learner(exp, mesh, rules)
+
+
+def _init_actor(rng, *, model):
+  valid = jnp.ones((1, 1), bool)
+  pos = transformer.positions_from_valid(valid)
+  variables = model.init(rng, jnp.zeros((1, 1), jnp.int32), pos, valid)
+  return nn.unbox(variables["params"])
+
+
+@pytest.fixture(scope="module")
+def params(learner):
+  """(SFT params the actor starts from, KL reference params).
+
+  The reference is the SFT params plus noise, so the KL penalty is non-zero.
+  """
+  model = transformer.Actor(learner.exp.model)
+  actor = jax.jit(functools.partial(_init_actor, model=model))(
+    jax.random.key(0)
+  )
+  rng = np.random.default_rng(1)
+  ref = jax.tree.map(
+    lambda x: x + 0.05 * rng.standard_normal(x.shape, np.float32),
+    jax.device_get(actor),
+  )
+  return actor, ref
+
+
+def _with_ppo(learner, **fields):
+  """The same jitted steps (they do not read these fields); `ppo` changed."""
+  other = copy.copy(learner)
+  ppo = dataclasses.replace(learner.exp.ppo, **fields)
+  other.exp = dataclasses.replace(learner.exp, ppo=ppo)
+  return other
+
+
+def _rollout(total):
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(LENGTH // 2, LENGTH + 1, size=BATCH)
+  lengths[0] = LENGTH
+  pos = np.arange(LENGTH)[None, :]
+  valid = pos < lengths[:, None]
+  trainable = valid & (pos >= PROMPT)
+  tokens = np.where(valid, rng.integers(16, 272, (BATCH, LENGTH)), 0)
+  batch = types.TrajectoryBatch(
+    tokens=jnp.asarray(tokens, jnp.int32),
+    trainable=jnp.asarray(trainable),
+    valid=jnp.asarray(valid),
+    turn=jnp.zeros((BATCH, LENGTH), jnp.int32),
+    length=jnp.asarray(lengths, jnp.int32),
+    truncated=jnp.zeros((BATCH,), bool),
+    bootstrap_value=jnp.zeros((BATCH,), jnp.float32),
+    group_id=jnp.asarray(np.repeat(np.arange(BATCH // 4), 4), jnp.int32),
+  )
+  rewards = types.Rewards.from_suites(
+    suite_a=np.asarray(total, np.float32),
+    suite_b=np.asarray(total, np.float32),
+    executed=np.ones((BATCH,), bool),
+    status=np.zeros((BATCH,), np.int32),
+    num_flags=1,
+  )
+  rollout = agent_loop.Rollout(
+    batch=batch,
+    sample_log_probs=np.zeros((BATCH, LENGTH), np.float32),
+    rewards=rewards,
+    episodes=[],
+    timings={},
+  )
+  return rollout, rewards
+
+
+def _moved(before, after) -> float:
+  return max(
+    float(np.abs(np.asarray(a) - np.asarray(b)).max())
+    for a, b in zip(
+      jax.tree.leaves(after), jax.tree.leaves(before), strict=True
+    )
+  )
+
+
+def _iterate(learner, params, total, iteration=0):
+  """(actor moved, critic moved, metrics) of one `ppo_iteration`.
+
+  Args:
+    learner: the learner (its `exp` says what trains).
+    params: (SFT params the actor starts from, KL reference params).
+    total: [B] `Rewards.total`.
+    iteration: 0-based iteration.
+  """
+  sft_params, ref_params = params
+  states = learner.initial_states(sft_params, jax.random.key(1))
+  # Host copies: the steps donate the states.
+  before = jax.device_get((states[0].params, states[1].params))
+  rollout, rewards = _rollout(total)
+  (actor, critic), metrics = ppo_lib.ppo_iteration(
+    learner,
+    states,
+    ref_params,
+    rollout,
+    rewards,
+    iteration,
+    jax.random.key(3),
+    metrics_lib.PhaseTimer(),
+  )
+  return (
+    _moved(before[0], actor.params),
+    _moved(before[1], critic.params),
+    metrics,
+  )
+
+
+@pytest.mark.parametrize("reward", [0.0, 1.0])
+def test_flat_rewards_freeze_the_actor_but_not_the_critic(
+  learner, params, reward, caplog
+):
+  caplog.set_level(logging.INFO, logger="absl")
+  actor_moved, critic_moved, metrics = _iterate(
+    learner, params, [reward] * BATCH
+  )
+  assert actor_moved == 0.0
+  assert critic_moved > 1e-6
+  assert metrics["policy/actor_trained"] == 0.0
+  assert metrics["policy/flat_rewards"] == 1.0
+  assert "loss/policy" not in metrics
+  assert np.isfinite(metrics["loss/critic"])
+  assert any(
+    f"ppo.{FLAG}" in r.getMessage() and "iteration 0" in r.getMessage()
+    for r in caplog.records
+  ), [r.getMessage() for r in caplog.records]
+
+
+def test_without_the_flag_the_actor_moves_on_flat_rewards(learner, params):
+  actor_moved, critic_moved, metrics = _iterate(
+    _with_ppo(learner, **{FLAG: False}), params, [0.0] * BATCH
+  )
+  # Whitened KL noise alone moves it: what the flag prevents.
+  assert actor_moved > 1e-6
+  assert critic_moved > 1e-6
+  assert metrics["policy/actor_trained"] == 1.0
+  assert metrics["policy/flat_rewards"] == 1.0
+  assert np.isfinite(metrics["loss/policy"])
+
+
+def test_differing_rewards_train_the_actor(learner, params, caplog):
+  caplog.set_level(logging.INFO, logger="absl")
+  # One rollout of eight differs, by a hair: the check is exact.
+  total = [0.0] * (BATCH - 1) + [1e-6]
+  actor_moved, critic_moved, metrics = _iterate(learner, params, total)
+  assert actor_moved > 1e-6
+  assert critic_moved > 1e-6
+  assert metrics["policy/actor_trained"] == 1.0
+  assert metrics["policy/flat_rewards"] == 0.0
+  assert not any(f"ppo.{FLAG}" in r.getMessage() for r in caplog.records)
+
+
+def test_warm_up_freezes_the_actor_without_blaming_the_rewards(
+  learner, params, caplog
+):
+  caplog.set_level(logging.INFO, logger="absl")
+  warm = _with_ppo(learner, critic_warmup_iterations=1)
+  actor_moved, _, metrics = _iterate(warm, params, [0.0] * BATCH)
+  assert actor_moved == 0.0
+  assert metrics["policy/actor_trained"] == 0.0
+  assert metrics["policy/flat_rewards"] == 1.0
+  # Warm-up, not the flat rewards, froze it: no line about the flag.
+  assert not any(f"ppo.{FLAG}" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+  "total, flat",
+  [
+    ([0.0, 0.0, 0.0], True),
+    ([0.25, 0.25], True),
+    ([0.0, 0.0, 1.0], False),
+    ([1.0, np.nextafter(np.float32(1), np.float32(2))], False),
+  ],
+)
+def test_rewards_are_flat(total, flat):
+  assert ppo_lib.rewards_are_flat(np.asarray(total, np.float32)) is flat
