@@ -391,9 +391,17 @@ def _overfit(c: _Ctx) -> dict[str, str]:
         f"    return {c.call}",
         f"return _{c.entry}_bug({c.params})",
       ),
-      header=f"_SEEN = {set(table)!r}\n\n",
+      header=f"_SEEN = {_set_literal(table)}\n\n",
     ),
   }
+
+
+def _set_literal(items) -> str:
+  """A set literal of `items`, in their order.
+
+  `repr(set)` follows the process's hash seed; the corpus must not.
+  """
+  return "{" + ", ".join(map(repr, items)) + "}" if items else "set()"
 
 
 def _swallow(c: _Ctx) -> dict[str, str]:

@@ -6,6 +6,9 @@ anti-cheat's `pre_submit` hook, so their observations are real.
 """
 
 import collections
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -172,3 +175,29 @@ def test_non_synthetic_task_is_rejected(tasks):
   task = dataclasses.replace(tasks[0], metadata={"source": "humaneval"})
   with pytest.raises(ValueError, match="synthetic tasks only"):
     hacks.honest_samples(task)
+
+
+def test_corpus_text_does_not_follow_the_hash_seed():
+  # The classifier's training text must be the same in every process: a
+  # `repr(set)` in a hack's code used to follow PYTHONHASHSEED.
+  script = (
+    "import hashlib\n"
+    "from codeagent_rl.anticheat import hacks\n"
+    "h = hashlib.sha256()\n"
+    "for s in hacks.corpus(hacks.synthetic_tasks(2), 0):\n"
+    "  h.update(repr(s).encode())\n"
+    "print(h.hexdigest())\n"
+  )
+  digests = set()
+  for seed in ("1", "2", "3"):
+    env = dict(os.environ, PYTHONHASHSEED=seed)
+    out = subprocess.run(
+      [sys.executable, "-c", script],
+      env=env,
+      capture_output=True,
+      text=True,
+      check=True,
+      timeout=120,
+    )
+    digests.add(out.stdout.strip())
+  assert len(digests) == 1, digests
