@@ -239,7 +239,9 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   # advantages' noise up to unit size. Measured: a weak SFT model whose
   # rollouts all scored 0 collapsed (reward 0.000 four iterations running).
   # Per iteration, the counterpart of DAPO's dropping of flat GRPO groups.
-  ppo.skip_actor_on_flat_rewards = True
+  # Off for smoke: its 20-step SFT model scores 0 on every rollout, and the
+  # preset is there to run every stage, the actor's update included.
+  ppo.skip_actor_on_flat_rewards = preset == "default"
   # Trajectories are padded to a multiple of this many tokens.
   ppo.length_bucket = 128
   # Iterations between held-out evaluations (the last always runs).

@@ -89,6 +89,16 @@ def test_skip_actor_on_flat_rewards_must_be_a_bool(value):
     assert exp.ppo.skip_actor_on_flat_rewards is flag
 
 
+def test_only_the_default_preset_skips_flat_rewards():
+  # The smoke model scores 0 on every rollout; smoke still trains its actor
+  # (tests/train/e2e_test.py needs the updates).
+  assert tiny.get_config().ppo.skip_actor_on_flat_rewards is True
+  assert tiny.get_config("smoke").ppo.skip_actor_on_flat_rewards is False
+  assert (
+    tiny.get_config("smoke,algo=grpo").ppo.skip_actor_on_flat_rewards is False
+  )
+
+
 def test_eval_needs_a_mode():
   config = _smoke()
   config.eval.greedy = False

@@ -83,10 +83,6 @@ def _config(preset="smoke", **overrides):
   config.ppo.minibatches = 1
   config.ppo.micro_batch_size = 8
   config.ppo.eval_every = 2
-  # Every rollout of the 4-step SFT model scores 0 (flat rewards in every
-  # iteration), but the resume, NaN and GRPO checks need actor updates;
-  # tests/train/ppo_test.py covers the skip.
-  config.ppo.skip_actor_on_flat_rewards = False
   # Shorter episodes (demonstrations that do not fit are dropped; most of
   # the level-1 ones fit), and one padded length: every batch has the same
   # shape, so each step compiles once.
