@@ -42,10 +42,11 @@ def learner():
   config.model.num_layers = 1
   # Without decay a param moves only if its gradient is non-zero.
   config.optim.weight_decay = 0.0
+  # On as in the default preset (smoke turns it off).
+  config.ppo[FLAG] = True
   exp = experiment.Experiment.from_config(config)
   assert exp.ppo.rollouts_per_iteration == BATCH
   assert exp.ppo.critic_warmup_iterations == 0
-  assert getattr(exp.ppo, FLAG)  # the config's default
   mesh, rules = exp.make_mesh()
   return ppo_lib.Learner(exp, mesh, rules)
 
