@@ -235,30 +235,35 @@ def _train(
       batch = sharding.shard_batch(batch, mesh, rules)
       actor, out = step_fn(actor, batch, jax.random.key(step))
       window.append(out)
-      if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+      done = step + 1
+      save_now = (
+        cfg.save_every > 0 and done % cfg.save_every == 0 and done < cfg.steps
+      )
+      # A save is checked like a log step: no non-finite actor is saved.
+      if done % cfg.log_every == 0 or done == cfg.steps or save_now:
         means = jax.device_get(
           jax.tree.map(lambda *xs: sum(xs) / len(xs), *window)
         )
         metrics = {k: float(v) for k, v in means.items()}
         if not np.isfinite(metrics["sft/loss"]):
           raise FloatingPointError(
-            f"SFT step {step + 1}: the loss is {metrics['sft/loss']}; lower"
-            " config.sft.learning_rate. Nothing was saved."
+            f"SFT step {done}: the loss is {metrics['sft/loss']}; lower"
+            " config.sft.learning_rate. Nothing after the last periodic"
+            " save (sft.save_every) was saved."
           )
         elapsed = time.perf_counter() - t0
-        metrics["sft/steps_per_s"] = (step + 1 - start) / elapsed
+        metrics["sft/steps_per_s"] = (done - start) / elapsed
         logging.info(
           "SFT %d/%d loss %.4f token acc %.3f (%.1f steps/s)",
-          step + 1,
+          done,
           cfg.steps,
           metrics["sft/loss"],
           metrics["sft/token_accuracy"],
           metrics["sft/steps_per_s"],
         )
         if log_metrics is not None:
-          log_metrics(step + 1, metrics)
+          log_metrics(done, metrics)
         window = []
-      done = step + 1
-      if cfg.save_every and done % cfg.save_every == 0 and done < cfg.steps:
+      if save_now:
         save(actor, done, metrics)
   return actor, metrics

@@ -9,17 +9,16 @@ noise that `ppo.skip_actor_on_flat_rewards` keeps away from the actor.
 
 import copy
 import dataclasses
-import functools
 import logging
 
-from flax import linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from codeagent_rl import types
-from codeagent_rl.models import transformer
+from codeagent_rl.parallel import sharding
+from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
@@ -51,23 +50,18 @@ def learner():
   return ppo_lib.Learner(exp, mesh, rules)
 
 
-def _init_actor(rng, *, model):
-  valid = jnp.ones((1, 1), bool)
-  pos = transformer.positions_from_valid(valid)
-  variables = model.init(rng, jnp.zeros((1, 1), jnp.int32), pos, valid)
-  return nn.unbox(variables["params"])
-
-
 @pytest.fixture(scope="module")
 def params(learner):
   """(SFT params the actor starts from, KL reference params).
 
   The reference is the SFT params plus noise, so the KL penalty is non-zero.
   """
-  model = transformer.Actor(learner.exp.model)
-  actor = jax.jit(functools.partial(_init_actor, model=model))(
-    jax.random.key(0)
-  )
+  exp = learner.exp
+  with sharding.axis_rules(learner.mesh, learner.rules):
+    actor, _ = state_lib.create_train_states(
+      exp.model, exp.optim, learner.mesh, learner.rules, jax.random.key(0)
+    )
+  actor = actor.params
   rng = np.random.default_rng(1)
   ref = jax.tree.map(
     lambda x: x + 0.05 * rng.standard_normal(x.shape, np.float32),
