@@ -37,13 +37,18 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   config = _CONFIG.value
   try:  # bad values stop here, naming the field, before anything starts
-    if "job" in config and config.job == "train":
+    job = config.job if "job" in config else None
+    if job == "train":
       experiment.Experiment.from_config(config)
+    elif job == "evaluate":
+      eval_job.validate_config(config)
     sandbox = harness.config_from_flags()
   except ValueError as e:
     sys.exit(f"error: {e}")
   try:
     run.run_job(config, _WORKDIR.value, sandbox)
+  except experiment.SetupError as e:
+    sys.exit(f"error: {e}")
   except (gvisor.RunscNotFoundError, eval_job.CheckpointNotFoundError) as e:
     sys.exit(str(e))  # messages written for users: no traceback
 

@@ -71,10 +71,13 @@ class HumanEvalConfig:
         f"config.humaneval.train_config={self.train_config!r}: must name the"
         ' training config, e.g. "tiny:smoke".'
       )
-    if type(self.num_tasks) is not int or self.num_tasks < 0:
+    if (
+      type(self.num_tasks) is not int
+      or not 0 <= self.num_tasks <= humaneval.NUM_PROBLEMS
+    ):
       raise ValueError(
         f"config.humaneval.num_tasks={self.num_tasks!r}: must be an integer"
-        " >= 0 (0: all)."
+        f" from 0 (all) to {humaneval.NUM_PROBLEMS}."
       )
     if type(self.batch_size) is not int or self.batch_size < 1:
       raise ValueError(
@@ -123,7 +126,21 @@ def _tasks(
   converted in `pool` and added to it.
   """
   if cfg.tasks_file:
-    tasks = schema.read_tasks(cfg.tasks_file)
+    try:
+      tasks = schema.read_tasks(cfg.tasks_file)
+    except (OSError, schema.TaskFormatError, UnicodeDecodeError) as e:
+      raise exp_lib.SetupError(
+        f"config.humaneval.tasks_file={cfg.tasks_file!r} cannot be read:"
+        f" {e}. Write it with: python -m codeagent_rl.tasks.humaneval"
+        f" --out={cfg.tasks_file} (or set it to '' to convert now)."
+      ) from e
+    if len(tasks) < cfg.num_tasks:
+      raise exp_lib.SetupError(
+        f"config.humaneval.tasks_file={cfg.tasks_file!r} holds"
+        f" {len(tasks)} problems, fewer than"
+        f" config.humaneval.num_tasks={cfg.num_tasks}; set num_tasks to at"
+        " most that (0: all of the file)."
+      )
     return tasks[: cfg.num_tasks] if cfg.num_tasks else tasks
   wanted = _first_ids(cfg.num_tasks or humaneval.NUM_PROBLEMS)
   path = workdir / TASKS_CACHE
@@ -213,6 +230,21 @@ def _with_shardings(abstract, shardings):
   )
 
 
+def validate_config(
+  config: ml_collections.ConfigDict,
+) -> tuple[HumanEvalConfig, exp_lib.Experiment]:
+  """The evaluation job's settings and its run's experiment.
+
+  Raises:
+    ValueError: naming the first bad field.
+  """
+  he_cfg = train_config.section(HumanEvalConfig, config, "humaneval")
+  train_cfg = ml_collections.ConfigDict(config.to_dict())
+  del train_cfg["humaneval"]
+  train_cfg.job = "train"
+  return he_cfg, exp_lib.Experiment.from_config(train_cfg)
+
+
 def evaluate_checkpoint(
   config: ml_collections.ConfigDict,
   workdir: str | os.PathLike[str],
@@ -221,11 +253,7 @@ def evaluate_checkpoint(
   console=print,
 ) -> dict[str, Any]:
   """Runs the evaluation job; returns (and writes) its result."""
-  he_cfg = train_config.section(HumanEvalConfig, config, "humaneval")
-  train_cfg = ml_collections.ConfigDict(config.to_dict())
-  del train_cfg["humaneval"]
-  train_cfg.job = "train"
-  exp = exp_lib.Experiment.from_config(train_cfg)
+  he_cfg, exp = validate_config(config)
   workdir = pathlib.Path(workdir)
   mesh, rules = exp.make_mesh()
   params, what = restore_actor_params(

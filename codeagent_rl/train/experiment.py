@@ -41,6 +41,14 @@ _SECTIONS = {
 }
 
 
+class SetupError(ValueError):
+  """A run cannot start as configured (settings or the workdir's contents).
+
+  Raised before any work; the message names what is wrong and what to do,
+  so `python -m codeagent_rl.main` prints it without a traceback.
+  """
+
+
 @dataclasses.dataclass(frozen=True)
 class Experiment:
   """Validated sections of a trainer config (see `configs/tiny.py`)."""

@@ -16,9 +16,11 @@ and `codeagent_rl.anticheat.monitors`):
   reward/suite_a          mean pass fraction of suite A (hidden tests)
   reward/suite_b          mean pass fraction of suite B (held-out tests)
   kl/ref_mean             mean KL(policy || SFT reference) per token
-  loss/critic             value loss
-  loss/policy             PPO policy loss
+  loss/critic             value loss (runs with a critic only)
+  loss/policy             PPO policy loss (iterations where the actor
+                          trained only)
   policy/clip_frac        share of trainable tokens whose ratio was clipped
+                          (iterations where the actor trained only)
   policy/actor_trained    1 when the actor updated (0: critic warm-up, or
                           flat rewards with ppo.skip_actor_on_flat_rewards)
   policy/flat_rewards     1 when every rollout got the same Rewards.total

@@ -87,8 +87,8 @@ def run_sft(
     (actor params, final scalars {"sft/loss", "sft/token_accuracy", ...}).
 
   Raises:
-    ValueError: `<workdir>/sft` holds a checkpoint past `sft.steps`, or
-      there is nothing to train on (`arrays` is None).
+    SetupError: `<workdir>/sft` holds a checkpoint past `sft.steps`.
+    ValueError: there is nothing to train on (`arrays` is None).
   """
   workdir = pathlib.Path(workdir)
   optim = sft_optim(exp)
@@ -102,7 +102,7 @@ def run_sft(
   with _checkpointer(workdir, exp) as ckpt:
     latest = ckpt.latest_step()
     if latest is not None and latest > exp.sft.steps:
-      raise ValueError(
+      raise exp_lib.SetupError(
         f"{ckpt.directory} holds an SFT checkpoint at step {latest}, past"
         f" config.sft.steps={exp.sft.steps}; nothing was trained or deleted."
         " Use a fresh --workdir, or set"

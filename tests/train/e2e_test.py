@@ -32,6 +32,8 @@ from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.sandbox import config as sandbox_config_lib
 from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import schema
+from codeagent_rl.tasks import synthetic
 from codeagent_rl.train import eval_job
 from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
@@ -524,29 +526,110 @@ def test_humaneval_job_without_a_checkpoint_says_to_train_first(
 
 def test_cli_without_a_checkpoint_exits_with_the_message(tmp_path):
   workdir = tmp_path / "untrained"
-  proc = subprocess.run(
+  proc = _cli(
+    "--config=configs/eval_humaneval.py:tiny:smoke", f"--workdir={workdir}"
+  )
+  line = _last_error_line(proc)
+  assert line.startswith(f"{workdir} has no PPO "), proc.stderr
+  assert line.endswith(
+    f" --config=configs/tiny.py:smoke --workdir={workdir}"
+  ), proc.stderr
+  assert not workdir.exists()
+
+
+def _cli(*args, timeout=300):
+  """`python -m codeagent_rl.main ARGS` with the process sandbox."""
+  return subprocess.run(
     [
       sys.executable,
       "-m",
       "codeagent_rl.main",
-      "--config=configs/eval_humaneval.py:tiny:smoke",
-      f"--workdir={workdir}",
+      *args,
       "--sandbox_backend=process",
     ],
     cwd=REPO_ROOT,
     env={**os.environ, "JAX_PLATFORMS": "cpu"},
     capture_output=True,
     text=True,
-    timeout=300,
+    timeout=timeout,
   )
+
+
+def _last_error_line(proc):
   assert proc.returncode != 0
   assert "Traceback" not in proc.stderr, proc.stderr
-  lines = [line for line in proc.stderr.splitlines() if line.strip()]
-  assert lines[-1].startswith(f"{workdir} has no PPO "), proc.stderr
-  assert lines[-1].endswith(
-    f" --config=configs/tiny.py:smoke --workdir={workdir}"
-  ), proc.stderr
+  return [line for line in proc.stderr.splitlines() if line.strip()][-1]
+
+
+def test_cli_rejects_a_bad_humaneval_value_before_starting(tmp_path):
+  workdir = tmp_path / "untrained"
+  proc = _cli(
+    "--config=configs/eval_humaneval.py:tiny:smoke",
+    "--config.humaneval.num_tasks=165",
+    f"--workdir={workdir}",
+  )
+  line = _last_error_line(proc)
+  assert line.startswith("error: config.humaneval.num_tasks=165:"), line
+  assert "from 0 (all) to 164" in line
   assert not workdir.exists()
+
+
+def test_cli_sft_past_its_steps_exits_with_the_message(runs, tmp_path):
+  root, _ = runs
+  workdir = _copy(root / "sft_only", tmp_path / "sft_only")
+  before = sorted(p.name for p in (workdir / sft.SFT_DIR).iterdir())
+  overrides = {
+    "data.num_train_tasks": 8,
+    "data.num_eval_tasks": 2,
+    "env.max_tokens_per_turn": 160,
+    "env.max_total_tokens": 512,
+    "sft.steps": 2,
+  }
+  proc = _cli(
+    "--config=configs/tiny.py:smoke",
+    *(f"--config.{k}={v}" for k, v in overrides.items()),
+    f"--workdir={workdir}",
+  )
+  line = _last_error_line(proc)
+  assert line.startswith(f"error: {workdir / sft.SFT_DIR} holds an SFT"), line
+  assert "--config.sft.steps=4" in line
+  assert sorted(p.name for p in (workdir / sft.SFT_DIR).iterdir()) == before
+
+
+def test_humaneval_num_tasks_is_bounded_by_humaneval():
+  fields = _eval_config().humaneval.to_dict()
+  assert eval_job.HumanEvalConfig(**{**fields, "num_tasks": 164})
+  for bad in (165, -1, 2.0):
+    with pytest.raises(ValueError, match=rf"humaneval\.num_tasks={bad}:"):
+      eval_job.HumanEvalConfig(**{**fields, "num_tasks": bad})
+
+
+def test_humaneval_tasks_file_must_hold_num_tasks_problems(tmp_path):
+  tasks, _ = synthetic.generate(
+    synthetic.SyntheticConfig(num_tasks=2, families=("affine",))
+  )
+  path = tmp_path / "tasks.jsonl"
+  schema.write_tasks(path, tasks)
+  fields = _eval_config(tasks_file=str(path)).humaneval.to_dict()
+
+  def read(**changes):
+    cfg = eval_job.HumanEvalConfig(**{**fields, **changes})
+    return [t.task_id for t in eval_job._tasks(cfg, tmp_path, pool=None)]
+
+  ids = [t.task_id for t in tasks]
+  assert read(num_tasks=0) == ids
+  assert read(num_tasks=1) == ids[:1]
+  with pytest.raises(experiment.SetupError, match="holds 2 problems") as e:
+    read(num_tasks=3)
+  assert "num_tasks=3" in str(e.value) and str(path) in str(e.value)
+  missing = tmp_path / "missing.jsonl"
+  with pytest.raises(experiment.SetupError, match="cannot be read") as e:
+    read(tasks_file=str(missing))
+  assert f"--out={missing}" in str(e.value)
+  path.write_text("{not json\n")
+  with pytest.raises(experiment.SetupError, match="cannot be read"):
+    read()
+  assert not (tmp_path / eval_job.TASKS_CACHE).exists()
 
 
 def _cache_ids(workdir):

@@ -93,7 +93,7 @@ def test_a_checkpoint_past_sft_steps_is_an_error_and_is_kept(tmp_path):
   before = _snapshot(sft_dir)
 
   seen = []
-  with pytest.raises(ValueError, match="step 4") as raised:
+  with pytest.raises(exp_lib.SetupError, match="step 4") as raised:
     sft_lib.run_sft(
       _experiment(steps=2),
       arrays,
