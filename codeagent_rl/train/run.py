@@ -56,6 +56,21 @@ def _write_json(path: pathlib.Path, obj: Any) -> None:
   os.replace(tmp, path)
 
 
+def _saved_sft_eval(path: pathlib.Path, sft_steps: int) -> dict | None:
+  """The saved evaluation of the SFT model, if it is of `sft_steps` steps.
+
+  A run resumed with more `sft.steps` trains SFT further; the evaluation of
+  the shorter SFT is then stale and is done again.
+  """
+  if not path.exists():
+    return None
+  saved = json.loads(path.read_text())
+  if saved.get("sft_steps") != sft_steps or "eval" not in saved:
+    logging.info("%s is for another SFT length; evaluating again", path)
+    return None
+  return saved["eval"]
+
+
 class AntiCheatRewards:
   """Both anti-cheat stages over a rollout's episodes (`ppo.RewardFn`)."""
 
@@ -166,11 +181,10 @@ def train_and_evaluate(
       batch_size=exp.ppo.rollouts_per_iteration,
     )
     eval_path = workdir / EVAL_SFT
-    if eval_path.exists():
-      sft_eval = json.loads(eval_path.read_text())
-    else:
+    sft_eval = _saved_sft_eval(eval_path, exp.sft.steps)
+    if sft_eval is None:
       sft_eval = evaluator(sft_params, jax.random.key(exp.seed + 2))
-      _write_json(eval_path, sft_eval)
+      _write_json(eval_path, {"sft_steps": exp.sft.steps, "eval": sft_eval})
     console("SFT held-out: " + _eval_line(sft_eval))
     learner = ppo_lib.Learner(exp, mesh, rules)
     done_before = _ppo_done(workdir)

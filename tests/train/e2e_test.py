@@ -330,8 +330,9 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
   assert "eval/sampled/pass_a" not in records[1]  # eval.sampled=False
   events = list((workdir / metrics_lib.TENSORBOARD_DIR).glob("events.*"))
   assert events and all(e.stat().st_size > 0 for e in events)
-  sft_eval = json.loads((workdir / run.EVAL_SFT).read_text())
-  assert 0.0 <= sft_eval["eval/greedy/pass_a"] <= 1.0
+  saved = json.loads((workdir / run.EVAL_SFT).read_text())
+  assert saved["sft_steps"] == 4  # sft.steps of the test config
+  assert 0.0 <= saved["eval"]["eval/greedy/pass_a"] <= 1.0
   # The summary: on disk, returned, and printed.
   on_disk = json.loads((workdir / run.SUMMARY).read_text())
   assert on_disk["table"] == summary["table"]
@@ -630,6 +631,19 @@ def test_humaneval_tasks_file_must_hold_num_tasks_problems(tmp_path):
   with pytest.raises(experiment.SetupError, match="cannot be read"):
     read()
   assert not (tmp_path / eval_job.TASKS_CACHE).exists()
+
+
+def test_saved_sft_eval_is_reused_only_for_the_same_sft_length(tmp_path):
+  path = tmp_path / run.EVAL_SFT
+  assert run._saved_sft_eval(path, 4) is None  # none saved
+  scalars = {"eval/greedy/pass_a": 0.5}
+  path.write_text(json.dumps({"sft_steps": 4, "eval": scalars}))
+  assert run._saved_sft_eval(path, 4) == scalars
+  # Resumed with more SFT steps: the saved one is of another model.
+  assert run._saved_sft_eval(path, 6) is None
+  # The format before sft_steps was recorded: not trusted.
+  path.write_text(json.dumps(scalars))
+  assert run._saved_sft_eval(path, 4) is None
 
 
 def _cache_ids(workdir):
