@@ -9,7 +9,7 @@ guarded by both anti-cheat stages. The sandbox is configured by absl flags
 (`--sandbox_backend=gvisor` by default; see `--helpfull`).
 
 Presets (the part after the colon):
-  default          the demo (~20 minutes on 2 cores, most of it SFT)
+  default          the demo (~21 minutes on 2 cores, most of it SFT)
   smoke            the smallest settings, used by tests (under 2 minutes)
   algo=grpo        the default budget with a critic-free estimator; also
   algo=rloo,       "algo=dr_grpo"; combine with a preset: "smoke,algo=grpo"
