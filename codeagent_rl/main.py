@@ -31,6 +31,40 @@ _WORKDIR = flags.DEFINE_string(
 )
 
 
+def _innermost_text(error: BaseException) -> str:
+  """The message of an exception that wraps others as its first argument."""
+  while error.args and isinstance(error.args[0], BaseException):
+    error = error.args[0]
+  text = error.args[0] if error.args else str(error)
+  return "; ".join(str(text).split("\n"))
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """Parses flags as absl does, with one-line errors, not tracebacks.
+
+  ml_collections puts the whole traceback of an exception raised by a
+  config file (e.g. an unknown preset after the colon) into the flag error,
+  and lets an override of a field the config lacks
+  (`--config.sft.stepz=3`) escape as an AttributeError. The user needs one
+  line that names the problem.
+  """
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if any(line.startswith("Traceback (most recent") for line in lines):
+      lines = [lines[0], lines[-1]]
+    message = " ".join(lines)
+  except (AttributeError, KeyError) as e:
+    message = (
+      f"a --config.* override names a field the config lacks:"
+      f" {_innermost_text(e)}"
+    )
+  sys.exit(
+    f"error: {message}\nPass --helpshort or --helpfull to see help on flags."
+  )
+
+
 def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.main`."""
   if len(argv) > 1:
@@ -55,4 +89,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

@@ -64,7 +64,14 @@ def _saved_sft_eval(path: pathlib.Path, sft_steps: int) -> dict | None:
   """
   if not path.exists():
     return None
-  saved = json.loads(path.read_text())
+  try:
+    saved = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    logging.warning("%s cannot be read (%s); evaluating again", path, e)
+    return None
+  if not isinstance(saved, dict):
+    logging.warning("%s is not an object; evaluating again", path)
+    return None
   if saved.get("sft_steps") != sft_steps or "eval" not in saved:
     logging.info("%s is for another SFT length; evaluating again", path)
     return None
@@ -111,14 +118,43 @@ def _monitor_fn(exp: exp_lib.Experiment):
   return fn
 
 
-def _ppo_done(workdir: pathlib.Path) -> int:
-  """Iterations already done in `workdir` (0 without a PPO checkpoint)."""
-  directory = workdir / ppo_lib.PPO_DIR
+def _latest_step(directory: pathlib.Path) -> int | None:
+  """The newest checkpoint step in `directory` (None without one)."""
   if not directory.is_dir():
-    return 0
+    return None
   cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
   with ckpt_lib.Checkpointer(directory, cfg, read_only=True) as ckpt:
-    return ckpt.latest_step() or 0
+    return ckpt.latest_step()
+
+
+def _ppo_done(workdir: pathlib.Path) -> int:
+  """Iterations already done in `workdir` (0 without a PPO checkpoint)."""
+  return _latest_step(workdir / ppo_lib.PPO_DIR) or 0
+
+
+def _check_ppo_matches_sft(workdir: pathlib.Path, sft_steps: int) -> None:
+  """Refuses to train SFT further under existing PPO checkpoints.
+
+  A run resumed with a larger `sft.steps` continues SFT from its
+  checkpoint; PPO would then resume from a policy trained from the shorter
+  SFT, with the longer one as its KL reference and in the summary.
+
+  Raises:
+    SetupError: PPO checkpoints exist and the SFT checkpoint is short of
+      `sft_steps`. Nothing was changed.
+  """
+  ppo_done = _ppo_done(workdir)
+  sft_done = _latest_step(workdir / sft_lib.SFT_DIR)
+  if ppo_done and sft_done is not None and sft_done < sft_steps:
+    raise exp_lib.SetupError(
+      f"{workdir / ppo_lib.PPO_DIR} holds PPO checkpoints (to iteration"
+      f" {ppo_done}) trained from the {sft_done}-step SFT checkpoint in"
+      f" {workdir / sft_lib.SFT_DIR}, but config.sft.steps={sft_steps} would"
+      " train SFT further first; nothing was trained or deleted. Set"
+      f" --config.sft.steps={sft_done} to resume PPO, or start PPO again from"
+      " the longer SFT in a fresh --workdir (copy the sft/ folder and"
+      " sft_data.npz into it to keep the SFT done so far)."
+    )
 
 
 def train_and_evaluate(
@@ -146,6 +182,7 @@ def train_and_evaluate(
   start = time.perf_counter()
   exp = exp_lib.Experiment.from_config(config)
   workdir = pathlib.Path(workdir)
+  _check_ppo_matches_sft(workdir, exp.sft.steps)
   workdir.mkdir(parents=True, exist_ok=True)
   _write_json(workdir / "config.json", exp_lib.to_dict(exp))
   mesh, rules = exp.make_mesh()

@@ -597,6 +597,32 @@ def test_cli_sft_past_its_steps_exits_with_the_message(runs, tmp_path):
   assert sorted(p.name for p in (workdir / sft.SFT_DIR).iterdir()) == before
 
 
+def test_cli_names_a_bad_preset_or_field_in_one_line(tmp_path):
+  workdir = tmp_path / "never"
+  preset = _cli("--config=configs/tiny.py:huge", f"--workdir={workdir}")
+  field = _cli(
+    "--config=configs/tiny.py",
+    "--config.sft.stepz=3",
+    f"--workdir={workdir}",
+  )
+  for proc in (preset, field):
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+  (line, _) = preset.stderr.strip().splitlines()
+  assert line.startswith("error: flag --config=configs/tiny.py:huge: "), line
+  assert line.endswith(
+    "ValueError: configs/tiny.py: unknown preset 'huge';"
+    " expected 'default', 'smoke', 'algo=' one of ('gae', 'grpo',"
+    " 'dr_grpo', 'rloo'), or 'seed=N'."
+  )
+  (line, _) = field.stderr.strip().splitlines()
+  assert line == (
+    "error: a --config.* override names a field the config lacks: 'stepz';"
+    ' Did you mean "steps" instead of "stepz"?'
+  )
+  assert not workdir.exists()
+
+
 def test_humaneval_num_tasks_is_bounded_by_humaneval():
   fields = _eval_config().humaneval.to_dict()
   assert eval_job.HumanEvalConfig(**{**fields, "num_tasks": 164})
@@ -644,6 +670,33 @@ def test_saved_sft_eval_is_reused_only_for_the_same_sft_length(tmp_path):
   # The format before sft_steps was recorded: not trusted.
   path.write_text(json.dumps(scalars))
   assert run._saved_sft_eval(path, 4) is None
+  # Damaged by hand: evaluated again, not a crash.
+  for damaged in (b"{not json", b"[1, 2]", b"\xff\xfe"):
+    path.write_bytes(damaged)
+    assert run._saved_sft_eval(path, 4) is None
+
+
+def test_more_sft_steps_under_ppo_checkpoints_are_refused(runs, tmp_path):
+  """SFT would move under PPO checkpoints trained from the shorter SFT."""
+  root, _ = runs
+  workdir = _copy(root / "smoke", tmp_path / "smoke")
+  done, _ = _latest_step(workdir)
+
+  def listing():
+    return {
+      path.relative_to(workdir): path.stat().st_mtime_ns
+      for path in workdir.rglob("*")
+    }
+
+  before = listing()
+  with pytest.raises(experiment.SetupError, match="would train SFT") as e:
+    run.train_and_evaluate(_config(sft__steps=6), workdir, SANDBOX)
+  message = str(e.value)
+  assert f"{workdir / ppo.PPO_DIR} holds PPO checkpoints" in message
+  assert f"to iteration {done})" in message
+  assert "config.sft.steps=6" in message
+  assert "--config.sft.steps=4 to resume PPO" in message
+  assert listing() == before  # config.json included
 
 
 def _cache_ids(workdir):
