@@ -9,7 +9,7 @@ guarded by both anti-cheat stages. The sandbox is configured by absl flags
 (`--sandbox_backend=gvisor` by default; see `--helpfull`).
 
 Presets (the part after the colon):
-  default          the demo (~21 minutes on 2 cores, most of it SFT)
+  default          the demo (~20 minutes on 2 cores, most of it SFT)
   smoke            the smallest settings, used by tests (under 2 minutes)
   algo=grpo        the default budget with a critic-free estimator; also
   algo=rloo,       "algo=dr_grpo"; combine with a preset: "smoke,algo=grpo"
@@ -144,10 +144,10 @@ def get_model_config(preset: str) -> ml_collections.ConfigDict:
   # Weight init stddev: 0.08 (~1/sqrt(embed_dim)), not GPT-2's 0.02 (made
   # for width 768). With 0.02 the attention logits start near 0 and SFT
   # sits on a long plateau before the model copies the prompt's constants.
-  # Measured (main job's seed-1 init and data, held-out reference
-  # solutions reproduced exactly under teacher forcing): 0.02 had not
-  # crossed by 1400 steps; 0.08 reached 0.18 at 1000 and 0.39 at 1200
-  # steps; 0.15 had not crossed by 700.
+  # Measured (a one-thread probe with seed 1's init and data; share of
+  # held-out reference solutions reproduced exactly under teacher
+  # forcing): 0.08 reached 0.18 at 1000 and 0.39 at 1200 steps; 0.15 had
+  # not crossed by 700; the main job with 0.02 crossed at ~1600-1800.
   model.init_std = 0.08
   return model
 
@@ -201,9 +201,11 @@ def get_sft_config(preset: str) -> ml_collections.ConfigDict:
   sft = ml_collections.ConfigDict()
   # Optimiser steps. The loss sits near 0.1 (right shape of code, the
   # prompt's constants not yet copied) for several hundred steps, then
-  # falls; when varies with the initialisation and data order. With
-  # model.init_std 0.08 the main job's seed-1 SFT crossed at ~900 steps
-  # (with 0.02 it needed ~1600-1800). ~1.5 steps/s on two cores.
+  # falls; when is random (initialisation, data order, even thread count).
+  # Measured with model.init_std 0.08, main job: seed 0 crossed by ~900
+  # steps, seed 1 between 1200 and 1400 (a one-thread probe of seed 1 at
+  # ~900); with 0.02, ~1200 and ~1600-1800. 1200 steps keep the whole run
+  # under 20 minutes on two cores (SFT at ~1.4 steps/s).
   sft.steps = 1200 if preset == "default" else 20
   # Demonstrations per step.
   sft.batch_size = 16 if preset == "default" else 8
