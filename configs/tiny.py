@@ -203,9 +203,10 @@ def get_sft_config(preset: str) -> ml_collections.ConfigDict:
   # prompt's constants not yet copied) for several hundred steps, then
   # falls; when is random (initialisation, data order, even thread count).
   # Measured with model.init_std 0.08, main job: seed 0 crossed by ~900
-  # steps, seed 1 between 1200 and 1400 (a one-thread probe of seed 1 at
-  # ~900); with 0.02, ~1200 and ~1600-1800. 1200 steps keep the whole run
-  # under 20 minutes on two cores (SFT at ~1.4 steps/s).
+  # steps, seed 2 at ~1000-1100, seed 1 between 1200 and 1400 (a
+  # one-thread probe of seed 1 at ~900); with 0.02, seeds 0 and 1 at ~1200
+  # and ~1600-1800. With 1200 steps the whole run took 18-21 minutes on
+  # two cores (SFT at 1.3-1.5 steps/s).
   sft.steps = 1200 if preset == "default" else 20
   # Demonstrations per step.
   sft.batch_size = 16 if preset == "default" else 8

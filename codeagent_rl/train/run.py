@@ -132,7 +132,9 @@ def _ppo_done(workdir: pathlib.Path) -> int:
   return _latest_step(workdir / ppo_lib.PPO_DIR) or 0
 
 
-def _check_ppo_matches_sft(workdir: pathlib.Path, sft_steps: int) -> None:
+def _check_ppo_matches_sft(
+  workdir: pathlib.Path, sft_steps: int, ppo_done: int
+) -> None:
   """Refuses to train SFT further under existing PPO checkpoints.
 
   A run resumed with a larger `sft.steps` continues SFT from its
@@ -140,10 +142,9 @@ def _check_ppo_matches_sft(workdir: pathlib.Path, sft_steps: int) -> None:
   SFT, with the longer one as its KL reference and in the summary.
 
   Raises:
-    SetupError: PPO checkpoints exist and the SFT checkpoint is short of
-      `sft_steps`. Nothing was changed.
+    SetupError: PPO checkpoints exist (`ppo_done` iterations) and the SFT
+      checkpoint is short of `sft_steps`. Nothing was changed.
   """
-  ppo_done = _ppo_done(workdir)
   sft_done = _latest_step(workdir / sft_lib.SFT_DIR)
   if ppo_done and sft_done is not None and sft_done < sft_steps:
     raise exp_lib.SetupError(
@@ -182,7 +183,8 @@ def train_and_evaluate(
   start = time.perf_counter()
   exp = exp_lib.Experiment.from_config(config)
   workdir = pathlib.Path(workdir)
-  _check_ppo_matches_sft(workdir, exp.sft.steps)
+  done_before = _ppo_done(workdir)  # SFT below leaves PPO's folder alone
+  _check_ppo_matches_sft(workdir, exp.sft.steps, done_before)
   workdir.mkdir(parents=True, exist_ok=True)
   _write_json(workdir / "config.json", exp_lib.to_dict(exp))
   mesh, rules = exp.make_mesh()
@@ -224,7 +226,6 @@ def train_and_evaluate(
       _write_json(eval_path, {"sft_steps": exp.sft.steps, "eval": sft_eval})
     console("SFT held-out: " + _eval_line(sft_eval))
     learner = ppo_lib.Learner(exp, mesh, rules)
-    done_before = _ppo_done(workdir)
     with metrics_lib.MetricsWriter(
       str(workdir), start_iteration=done_before
     ) as writer:
