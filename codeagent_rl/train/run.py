@@ -132,20 +132,25 @@ def _ppo_done(workdir: pathlib.Path) -> int:
   return _latest_step(workdir / ppo_lib.PPO_DIR) or 0
 
 
-def _check_ppo_matches_sft(
+def _check_checkpoints(
   workdir: pathlib.Path, sft_steps: int, ppo_done: int
 ) -> None:
-  """Refuses to train SFT further under existing PPO checkpoints.
+  """Refuses `sft.steps` that do not match the workdir's checkpoints.
 
-  A run resumed with a larger `sft.steps` continues SFT from its
-  checkpoint; PPO would then resume from a policy trained from the shorter
-  SFT, with the longer one as its KL reference and in the summary.
+  Runs before anything in the workdir is written. An SFT checkpoint past
+  `sft.steps` is refused (as `run_sft` would, but before config.json is
+  rewritten). A run resumed with a larger `sft.steps` would continue SFT
+  from its checkpoint; under PPO checkpoints, PPO would then resume from a
+  policy trained from the shorter SFT, with the longer one as its KL
+  reference and in the summary.
 
   Raises:
-    SetupError: PPO checkpoints exist (`ppo_done` iterations) and the SFT
-      checkpoint is short of `sft_steps`. Nothing was changed.
+    SetupError: the SFT checkpoint is past `sft_steps`, or PPO checkpoints
+      exist (`ppo_done` iterations) and the SFT checkpoint is short of
+      `sft_steps`. Nothing was changed.
   """
   sft_done = _latest_step(workdir / sft_lib.SFT_DIR)
+  sft_lib.check_not_past_steps(workdir / sft_lib.SFT_DIR, sft_done, sft_steps)
   if ppo_done and sft_done is not None and sft_done < sft_steps:
     raise exp_lib.SetupError(
       f"{workdir / ppo_lib.PPO_DIR} holds PPO checkpoints (to iteration"
@@ -184,7 +189,7 @@ def train_and_evaluate(
   exp = exp_lib.Experiment.from_config(config)
   workdir = pathlib.Path(workdir)
   done_before = _ppo_done(workdir)  # SFT below leaves PPO's folder alone
-  _check_ppo_matches_sft(workdir, exp.sft.steps, done_before)
+  _check_checkpoints(workdir, exp.sft.steps, done_before)
   workdir.mkdir(parents=True, exist_ok=True)
   _write_json(workdir / "config.json", exp_lib.to_dict(exp))
   mesh, rules = exp.make_mesh()

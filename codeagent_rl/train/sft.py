@@ -63,6 +63,28 @@ def _checkpointer(workdir: pathlib.Path, exp: exp_lib.Experiment):
   return ckpt_lib.Checkpointer(workdir / SFT_DIR, config)
 
 
+def check_not_past_steps(
+  directory: pathlib.Path, latest: int | None, steps: int
+) -> None:
+  """Refuses an SFT checkpoint past `steps` (lowered in the same workdir).
+
+  Args:
+    directory: the SFT checkpoint folder (for the message).
+    latest: its newest step, None without one.
+    steps: `config.sft.steps`.
+
+  Raises:
+    SetupError: `latest` is past `steps`.
+  """
+  if latest is not None and latest > steps:
+    raise exp_lib.SetupError(
+      f"{directory} holds an SFT checkpoint at step {latest}, past"
+      f" config.sft.steps={steps}; nothing was trained or deleted."
+      " Use a fresh --workdir, or set"
+      f" --config.sft.steps={latest} to reuse that checkpoint."
+    )
+
+
 def run_sft(
   exp: exp_lib.Experiment,
   arrays: dict[str, np.ndarray] | None,
@@ -101,13 +123,7 @@ def run_sft(
   shardings, _ = state_lib.train_state_shardings(exp.model, optim, mesh, rules)
   with _checkpointer(workdir, exp) as ckpt:
     latest = ckpt.latest_step()
-    if latest is not None and latest > exp.sft.steps:
-      raise exp_lib.SetupError(
-        f"{ckpt.directory} holds an SFT checkpoint at step {latest}, past"
-        f" config.sft.steps={exp.sft.steps}; nothing was trained or deleted."
-        " Use a fresh --workdir, or set"
-        f" --config.sft.steps={latest} to reuse that checkpoint."
-      )
+    check_not_past_steps(ckpt.directory, latest, exp.sft.steps)
     if latest == exp.sft.steps:
       restored = ckpt.restore(
         exp.sft.steps, actor=actor, critic=None, rng=jax.random.key(0)

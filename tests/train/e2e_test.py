@@ -172,6 +172,14 @@ def _restore(workdir, config, step, with_critic=True):
 # --- The runs (in the subprocess) ---------------------------------------------
 
 
+def _listing(workdir):
+  """{path: mtime} of everything under `workdir`."""
+  return {
+    path.relative_to(workdir): path.stat().st_mtime_ns
+    for path in workdir.rglob("*")
+  }
+
+
 def _copy(src, dst):
   shutil.copytree(src, dst)
   return dst
@@ -681,14 +689,7 @@ def test_more_sft_steps_under_ppo_checkpoints_are_refused(runs, tmp_path):
   root, _ = runs
   workdir = _copy(root / "smoke", tmp_path / "smoke")
   done, _ = _latest_step(workdir)
-
-  def listing():
-    return {
-      path.relative_to(workdir): path.stat().st_mtime_ns
-      for path in workdir.rglob("*")
-    }
-
-  before = listing()
+  before = _listing(workdir)
   with pytest.raises(experiment.SetupError, match="would train SFT") as e:
     run.train_and_evaluate(_config(sft__steps=6), workdir, SANDBOX)
   message = str(e.value)
@@ -696,7 +697,20 @@ def test_more_sft_steps_under_ppo_checkpoints_are_refused(runs, tmp_path):
   assert f"to iteration {done})" in message
   assert "config.sft.steps=6" in message
   assert "--config.sft.steps=4 to resume PPO" in message
-  assert listing() == before  # config.json included
+  assert _listing(workdir) == before  # config.json included
+
+
+def test_fewer_sft_steps_are_refused_before_anything_is_written(runs, tmp_path):
+  """An SFT checkpoint past sft.steps: refused, config.json kept."""
+  root, _ = runs
+  workdir = _copy(root / "smoke", tmp_path / "smoke")
+  before = _listing(workdir)
+  with pytest.raises(experiment.SetupError, match="past") as e:
+    run.train_and_evaluate(_config(sft__steps=2), workdir, SANDBOX)
+  message = str(e.value)
+  assert "SFT checkpoint at step 4, past config.sft.steps=2" in message
+  assert "--config.sft.steps=4 to reuse that checkpoint" in message
+  assert _listing(workdir) == before  # config.json included
 
 
 def _cache_ids(workdir):
