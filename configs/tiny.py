@@ -2,7 +2,7 @@ r"""Tiny experiment on a 2-core CPU: SFT then PPO on synthetic code tasks.
 
     python -m codeagent_rl.main --config=configs/tiny.py --workdir=/tmp/tiny
 
-A byte-level model of ~0.6M parameters learns from rendered demonstrations
+A byte-level model of ~0.4M parameters learns from rendered demonstrations
 (some of them flawed on purpose: a submitted bug, hard-coded visible tests,
 an early exit), then PPO with a critic improves it on pure sandbox rewards
 guarded by both anti-cheat stages. The sandbox is configured by absl flags
@@ -106,7 +106,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
 
 def get_model_config(preset: str) -> ml_collections.ConfigDict:
-  """A byte-vocabulary model: ~0.59M params (default), ~0.12M (smoke)."""
+  """A byte-vocabulary model: ~0.39M params (default), ~0.12M (smoke)."""
   model = ml_collections.ConfigDict()
   # ByteTokenizer: 16 protocol/reserved ids + 256 bytes = 272 ids, padded to
   # a multiple of 128 so the vocabulary splits evenly over `tensor`.
@@ -119,14 +119,24 @@ def get_model_config(preset: str) -> ml_collections.ConfigDict:
   model.num_layers = 2
   # Model width.
   model.embed_dim = 128 if preset == "default" else 64
-  # Query heads; divisible by 2 for a tensor=2 test mesh.
+  # Query heads; divisible by 2 for a tensor=2 test mesh. Tried: 8 heads of
+  # width 16 (4 key/value heads, the same parameters): a one-thread probe
+  # of seed 1 copied sooner (held-out exact match 0.29 at 500 steps), seeds
+  # 0 and 2 did not (0.01 and 0.00 at 500), and steps were 1.3x slower.
   model.num_heads = 4
   # Key/value heads (grouped-query attention, as Llama 3 / Qwen2).
   model.num_kv_heads = 2
   # Width of one head.
   model.head_dim = 32 if preset == "default" else 16
-  # SwiGLU hidden width (4 x embed_dim: the MLP is the cheap part here).
-  model.mlp_dim = 512 if preset == "default" else 128
+  # SwiGLU hidden width, 2 x embed_dim. A smaller MLP memorises less and
+  # learns sooner to copy the prompt's constants. Measured (one-thread
+  # probes, init std 0.08; share of held-out reference solutions reproduced
+  # exactly under teacher forcing): with 256, seed 1 reached 0.34 at 500
+  # and 0.62 at 700 steps, seed 2 0.29 at 700; with 512, seed 1 had 0.02 at
+  # 500 and 0.13 at 900. Steps are ~1.15x faster on two cores too. The
+  # model is 0.39M parameters, below the 1M the issue asked for: the time
+  # budget decided.
+  model.mlp_dim = 256 if preset == "default" else 128
   # Rotary base; 10000 as Llama 2 (contexts here are short).
   model.rope_theta = 10000.0
   # RMSNorm epsilon; 1e-6 as Qwen2.
@@ -144,8 +154,8 @@ def get_model_config(preset: str) -> ml_collections.ConfigDict:
   # Weight init stddev: 0.08 (~1/sqrt(embed_dim)), not GPT-2's 0.02 (made
   # for width 768). With 0.02 the attention logits start near 0 and SFT
   # sits on a long plateau before the model copies the prompt's constants.
-  # Measured (a one-thread probe with seed 1's init and data; share of
-  # held-out reference solutions reproduced exactly under teacher
+  # Measured (mlp_dim 512; a one-thread probe with seed 1's init and data;
+  # share of held-out reference solutions reproduced exactly under teacher
   # forcing): 0.08 reached 0.18 at 1000 and 0.39 at 1200 steps; 0.15 had
   # not crossed by 700; the main job with 0.02 crossed at ~1600-1800.
   model.init_std = 0.08
@@ -207,7 +217,7 @@ def get_sft_config(preset: str) -> ml_collections.ConfigDict:
   # one-thread probe of seed 1 at ~900); with 0.02, seeds 0 and 1 at ~1200
   # and ~1600-1800. With 1200 steps the whole run took 18-21 minutes on
   # two cores (SFT at 1.3-1.5 steps/s).
-  sft.steps = 1200 if preset == "default" else 20
+  sft.steps = 1000 if preset == "default" else 20
   # Demonstrations per step.
   sft.batch_size = 16 if preset == "default" else 8
   # Peak rate: a from-scratch tiny model takes large steps.
@@ -234,7 +244,7 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   """PPO: 32 rollouts per iteration (8 tasks x 4 samples)."""
   ppo = ml_collections.ConfigDict()
   # Rollout + update rounds.
-  ppo.iterations = 10 if preset == "default" else 2
+  ppo.iterations = 16 if preset == "default" else 2
   # Distinct tasks per iteration.
   ppo.prompts_per_iteration = 8 if preset == "default" else 2
   # Samples per task (the group of GRPO / RLOO: same budget for all).
@@ -258,5 +268,5 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   # Trajectories are padded to a multiple of this many tokens.
   ppo.length_bucket = 128
   # Iterations between held-out evaluations (the last always runs).
-  ppo.eval_every = 5 if preset == "default" else 2
+  ppo.eval_every = 8 if preset == "default" else 2
   return ppo
