@@ -240,13 +240,17 @@ class EvalConfig:
 
   Attributes:
     greedy: evaluate greedy decoding (temperature 0).
-    sampled: also evaluate one sample per task at `config.sampling`.
+    sampled: also evaluate samples at `config.sampling`.
+    samples_per_task: episodes per task in the sampled mode; pass@1 is
+      their mean (less noise for the same tasks).
   """
 
   greedy: bool
   sampled: bool
+  samples_per_task: int
 
   def __post_init__(self):
+    _int_at_least("eval", self, ("samples_per_task",), low=1)
     for name in ("greedy", "sampled"):
       if type(getattr(self, name)) is not bool:
         raise ValueError(

@@ -1,10 +1,13 @@
 """pass@1 of the actor on held-out tasks, through the sandbox.
 
-One episode per task and mode: `greedy` (temperature 0) and `sampled` (the
-training sampling settings). The episode is the same multi-turn agent loop
-as training, graded by the same judge; pass@1 on suite A counts episodes
-whose submission passed every hidden test, on A-and-B those that also
-passed every held-out test (what stage 2 requires).
+Modes: `greedy` (temperature 0, one episode per task) and `sampled` (the
+training sampling settings, `eval.samples_per_task` episodes per task). The
+episode is the same multi-turn agent loop as training, graded by the same
+judge; pass@1 on suite A is the share of episodes whose submission passed
+every hidden test, on A-and-B of those that also passed every held-out test
+(what stage 2 requires). With k samples per task the sampled pass@1 is the
+mean over tasks of (passing samples / k): the unbiased pass@1 estimate of
+the Codex paper, with less noise than one sample per task.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def passed_b(outcome: code_env.Outcome) -> bool:
 
 
 class Evaluator:
-  """pass@1 on a fixed task list, one episode per task and mode."""
+  """pass@1 on a fixed task list (module docstring)."""
 
   def __init__(
     self,
@@ -123,12 +126,19 @@ class Evaluator:
     self._cache_len = agent_loop.cache_len_for(env.config, longest)
 
   def __call__(self, params: Any, rng: jax.Array) -> dict[str, float]:
-    """{"eval/<mode>/pass_a": ..., "eval/<mode>/pass_ab": ..., ...}."""
+    """{"eval/<mode>/pass_a": ..., "eval/<mode>/pass_ab": ..., ...}.
+
+    Per mode: the `episode_scalars` over its episodes and "episodes", how
+    many ran (tasks x samples per task).
+    """
     out = {}
     for k, (mode, sampler) in enumerate(self._samplers.items()):
+      # Greedy decoding gives every copy of a task the same episode.
+      copies = self._exp.eval.samples_per_task if mode == "sampled" else 1
+      tasks = [t for t in self._tasks for _ in range(copies)]
       rollouts = []
-      for start in range(0, len(self._tasks), self._batch_size):
-        chunk = self._tasks[start : start + self._batch_size]
+      for start in range(0, len(tasks), self._batch_size):
+        chunk = tasks[start : start + self._batch_size]
         policy = agent_loop.SamplerPolicy(
           sampler, {"params": params}, self._env.tokenizer, self._cache_len
         )
@@ -142,6 +152,7 @@ class Evaluator:
           )
         )
       scalars = _merge([episode_scalars(r) for r in rollouts], rollouts)
+      scalars["episodes"] = float(len(tasks))
       out.update({f"eval/{mode}/{name}": v for name, v in scalars.items()})
     return out
 

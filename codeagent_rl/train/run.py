@@ -20,6 +20,7 @@ checkpoint with the same data order and randomness.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -56,11 +57,18 @@ def _write_json(path: pathlib.Path, obj: Any) -> None:
   os.replace(tmp, path)
 
 
-def _saved_sft_eval(path: pathlib.Path, sft_steps: int) -> dict | None:
-  """The saved evaluation of the SFT model, if it is of `sft_steps` steps.
+def _sft_eval_key(exp: exp_lib.Experiment) -> dict[str, Any]:
+  """What the saved SFT evaluation depends on: SFT length, eval settings."""
+  return {"sft_steps": exp.sft.steps, "eval": dataclasses.asdict(exp.eval)}
 
-  A run resumed with more `sft.steps` trains SFT further; the evaluation of
-  the shorter SFT is then stale and is done again.
+
+def _saved_sft_eval(path: pathlib.Path, key: dict[str, Any]) -> dict | None:
+  """The saved evaluation of the SFT model, if it was made under `key`.
+
+  `key` (`_sft_eval_key`) holds the SFT length and the evaluation settings:
+  a run resumed with more `sft.steps` trains SFT further, and one with
+  other `config.eval` settings measures differently; the saved evaluation
+  is then stale and is done again.
   """
   if not path.exists():
     return None
@@ -72,8 +80,11 @@ def _saved_sft_eval(path: pathlib.Path, sft_steps: int) -> dict | None:
   if not isinstance(saved, dict):
     logging.warning("%s is not an object; evaluating again", path)
     return None
-  if saved.get("sft_steps") != sft_steps or "eval" not in saved:
-    logging.info("%s is for another SFT length; evaluating again", path)
+  if saved.get("key") != key or "eval" not in saved:
+    logging.info(
+      "%s is for another SFT length or evaluation setting; evaluating again",
+      path,
+    )
     return None
   return saved["eval"]
 
@@ -225,10 +236,11 @@ def train_and_evaluate(
       batch_size=exp.ppo.rollouts_per_iteration,
     )
     eval_path = workdir / EVAL_SFT
-    sft_eval = _saved_sft_eval(eval_path, exp.sft.steps)
+    key = _sft_eval_key(exp)
+    sft_eval = _saved_sft_eval(eval_path, key)
     if sft_eval is None:
       sft_eval = evaluator(sft_params, jax.random.key(exp.seed + 2))
-      _write_json(eval_path, {"sft_steps": exp.sft.steps, "eval": sft_eval})
+      _write_json(eval_path, {"key": key, "eval": sft_eval})
     console("SFT held-out: " + _eval_line(sft_eval))
     learner = ppo_lib.Learner(exp, mesh, rules)
     with metrics_lib.MetricsWriter(
@@ -296,13 +308,19 @@ def _last_eval_from_metrics(workdir: pathlib.Path) -> dict[str, float]:
   return {}
 
 
+def _mode_label(exp: exp_lib.Experiment, mode: str) -> str:
+  """The mode as the summary names it, e.g. "sampled, 4 per task"."""
+  k = exp.eval.samples_per_task
+  return f"{mode}, {k} per task" if mode == "sampled" and k > 1 else mode
+
+
 def _summary(exp, workdir, sft_eval, final_eval, result) -> dict[str, Any]:
   rows = []
   for mode in exp.eval.modes:
     for stage, scalars in (("SFT", sft_eval), ("PPO final", final_eval)):
       rows.append(
         (
-          f"{stage} ({mode})",
+          f"{stage} ({_mode_label(exp, mode)})",
           scalars.get(f"eval/{mode}/pass_a"),
           scalars.get(f"eval/{mode}/pass_ab"),
         )

@@ -46,6 +46,7 @@ def test_smoke_config_is_valid():
       r"config\.data: .*difficulty_weights",
     ),
     ("data", "num_eval_tasks", 0, r"config\.data\.num_eval_tasks=0"),
+    ("eval", "samples_per_task", 0, r"config\.eval\.samples_per_task=0"),
     ("sampling", "top_p", 1.5, r"config\.sampling\.top_p=1\.5"),
     ("sampling", "top_p", 0.0, r"config\.sampling\.top_p=0\.0"),
     ("sampling", "temperature", 0.0, r"config\.sampling\.temperature=0\.0"),

@@ -339,7 +339,7 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
   events = list((workdir / metrics_lib.TENSORBOARD_DIR).glob("events.*"))
   assert events and all(e.stat().st_size > 0 for e in events)
   saved = json.loads((workdir / run.EVAL_SFT).read_text())
-  assert saved["sft_steps"] == 4  # sft.steps of the test config
+  assert saved["key"]["sft_steps"] == 4  # sft.steps of the test config
   assert 0.0 <= saved["eval"]["eval/greedy/pass_a"] <= 1.0
   # The summary: on disk, returned, and printed.
   on_disk = json.loads((workdir / run.SUMMARY).read_text())
@@ -667,21 +667,31 @@ def test_humaneval_tasks_file_must_hold_num_tasks_problems(tmp_path):
   assert not (tmp_path / eval_job.TASKS_CACHE).exists()
 
 
-def test_saved_sft_eval_is_reused_only_for_the_same_sft_length(tmp_path):
+def test_saved_sft_eval_is_reused_only_under_the_same_key(tmp_path):
   path = tmp_path / run.EVAL_SFT
-  assert run._saved_sft_eval(path, 4) is None  # none saved
+  exp = experiment.Experiment.from_config(_config())
+  key = run._sft_eval_key(exp)
+  assert key["sft_steps"] == exp.sft.steps
+  assert key["eval"]["samples_per_task"] == exp.eval.samples_per_task
+  assert run._saved_sft_eval(path, key) is None  # none saved
   scalars = {"eval/greedy/pass_a": 0.5}
-  path.write_text(json.dumps({"sft_steps": 4, "eval": scalars}))
-  assert run._saved_sft_eval(path, 4) == scalars
+  path.write_text(json.dumps({"key": key, "eval": scalars}))
+  assert run._saved_sft_eval(path, key) == scalars
   # Resumed with more SFT steps: the saved one is of another model.
-  assert run._saved_sft_eval(path, 6) is None
-  # The format before sft_steps was recorded: not trusted.
+  more_steps = {**key, "sft_steps": key["sft_steps"] + 2}
+  assert run._saved_sft_eval(path, more_steps) is None
+  # More samples per task: another measurement of the same model.
+  more_samples = {**key, "eval": {**key["eval"], "samples_per_task": 4}}
+  assert run._saved_sft_eval(path, more_samples) is None
+  # Earlier formats (no key): not trusted.
+  path.write_text(json.dumps({"sft_steps": exp.sft.steps, "eval": scalars}))
+  assert run._saved_sft_eval(path, key) is None
   path.write_text(json.dumps(scalars))
-  assert run._saved_sft_eval(path, 4) is None
+  assert run._saved_sft_eval(path, key) is None
   # Damaged by hand: evaluated again, not a crash.
   for damaged in (b"{not json", b"[1, 2]", b"\xff\xfe"):
     path.write_bytes(damaged)
-    assert run._saved_sft_eval(path, 4) is None
+    assert run._saved_sft_eval(path, key) is None
 
 
 def test_more_sft_steps_under_ppo_checkpoints_are_refused(runs, tmp_path):
