@@ -118,15 +118,56 @@ class AntiCheatRewards:
     return rewards, scalars
 
 
-def _monitor_fn(exp: exp_lib.Experiment):
-  def fn(history):
+def monitor_fn(exp: exp_lib.Experiment, warn=logging.warning):
+  """The PPO loop's `monitor_fn`: alarms of the last iteration -> metrics.
+
+  An alarm is warned about when it starts firing, not again while it keeps
+  firing (the tiny demo's SFT model writes unparsable code in a few % of
+  episodes, over `flag_rate_onset`'s 2%, at every iteration); the
+  `monitor/<name>` metrics record every iteration, and the summary counts
+  them (`alarm_counts`).
+  """
+
+  def fired(history: list[dict]) -> list[monitors.Alarm]:
+    if not history:
+      return []
     alarms = monitors.check(history, exp.monitors)
-    current = [a for a in alarms if a.iteration == history[-1]["iteration"]]
+    return [a for a in alarms if a.iteration == history[-1]["iteration"]]
+
+  def fn(history):
+    current = fired(history)
+    before = {alarm.name for alarm in fired(history[:-1])}
     for alarm in current:
-      logging.warning("monitor %s: %s", alarm.name, alarm.message)
+      if alarm.name not in before:
+        warn(
+          "monitor %s: %s (not repeated while it keeps firing;"
+          " monitor/%s in metrics.jsonl has every iteration)",
+          alarm.name,
+          alarm.message,
+          alarm.name,
+        )
     return monitors.alarm_metrics(current, monitors.MONITOR_NAMES)
 
   return fn
+
+
+def alarm_counts(records: list[dict]) -> dict[str, int]:
+  """Iterations at which each monitor fired, from metrics records."""
+  counts = {}
+  for name in monitors.MONITOR_NAMES:
+    n = sum(1 for r in records if r.get(f"monitor/{name}") == 1.0)
+    if n:
+      counts[name] = n
+  return counts
+
+
+def _alarm_line(counts: dict[str, int], iterations: int) -> str:
+  if not counts:
+    return "monitor alarms: none"
+  fired = ", ".join(
+    f"{name} at {n} of {iterations} iterations" for name, n in counts.items()
+  )
+  return f"monitor alarms: {fired} (warnings above; monitor/* in metrics)"
 
 
 def _latest_step(directory: pathlib.Path) -> int | None:
@@ -256,7 +297,7 @@ def train_and_evaluate(
         reward_fn=AntiCheatRewards(anticheat),
         evaluator=evaluator,
         writer=writer,
-        monitor_fn=_monitor_fn(exp),
+        monitor_fn=monitor_fn(exp),
         num_flags=features_lib.NUM_FLAGS,
         stop=stop,
         iterations=iterations,
@@ -331,6 +372,9 @@ def _summary(exp, workdir, sft_eval, final_eval, result) -> dict[str, Any]:
     "metrics": str(workdir / metrics_lib.METRICS_FILE),
     "tensorboard": f"tensorboard --logdir={workdir}",
   }
+  records = ppo_lib.writer_history(workdir)
+  counts = alarm_counts(records)
+  table = metrics_lib.format_summary(rows, locations)
   return {
     "preset": exp.preset,
     "estimator": exp.rl.advantage.estimator,
@@ -339,6 +383,7 @@ def _summary(exp, workdir, sft_eval, final_eval, result) -> dict[str, Any]:
     "stopped_early": result.stopped_early,
     "sft_eval": sft_eval,
     "final_eval": final_eval,
-    "table": metrics_lib.format_summary(rows, locations),
+    "alarms": counts,
+    "table": table + "\n" + _alarm_line(counts, len(records)),
     **{f"path/{k}": v for k, v in locations.items()},
   }

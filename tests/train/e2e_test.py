@@ -353,6 +353,9 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
   assert any(line.startswith("SFT (greedy) ") for line in table)
   assert any(line.startswith("PPO final (greedy) ") for line in table)
   assert str(workdir / ppo.PPO_DIR) in summary["table"]
+  # The alarms line counts the monitor/* metrics of every iteration.
+  assert summary["alarms"] == run.alarm_counts(records)
+  assert table[-1].startswith("monitor alarms: "), table[-1]
   # The console: one progress line per iteration, then the table.
   assert console.progress() == [1, 2]
   assert console.lines[-len(table) :] == table
