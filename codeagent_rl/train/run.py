@@ -140,11 +140,11 @@ def monitor_fn(exp: exp_lib.Experiment, warn=logging.warning):
     for alarm in current:
       if alarm.name not in before:
         warn(
-          "monitor %s: %s (not repeated while it keeps firing;"
-          " monitor/%s in metrics.jsonl has every iteration)",
+          "monitor %s (not repeated while it keeps firing; monitor/%s in"
+          " metrics.jsonl has every iteration): %s",
+          alarm.name,
           alarm.name,
           alarm.message,
-          alarm.name,
         )
     return monitors.alarm_metrics(current, monitors.MONITOR_NAMES)
 

@@ -25,8 +25,8 @@ def test_an_alarm_is_warned_when_it_starts_and_recorded_every_iteration():
   assert fired == [0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0]
   names = [args[0] for args in warned]
   assert names == ["flag_rate_onset", "flag_rate_onset"]
-  assert "50.0%" in warned[0][1]
-  assert "25.0%" in warned[1][1]
+  assert "50.0%" in warned[0][2]
+  assert "25.0%" in warned[1][2]
 
 
 def test_alarm_counts_and_the_summary_line():
