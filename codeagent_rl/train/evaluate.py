@@ -13,6 +13,7 @@ the Codex paper, with less noise than one sample per task.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import math
 from typing import Any
 
 import jax
@@ -96,7 +97,12 @@ def passed_b(outcome: code_env.Outcome) -> bool:
 
 
 class Evaluator:
-  """pass@1 on a fixed task list (module docstring)."""
+  """pass@1 on a fixed task list (module docstring).
+
+  After each call, `last_per_task` holds that evaluation's per-task rates
+  (`per_task_rates`), for paired comparisons of two models on the same
+  tasks (`train.metrics.paired_difference`).
+  """
 
   def __init__(
     self,
@@ -124,6 +130,7 @@ class Evaluator:
     }
     longest = max(len(env.reset(t).prompt_ids) for t in self._tasks)
     self._cache_len = agent_loop.cache_len_for(env.config, longest)
+    self.last_per_task: dict[str, dict[str, list]] = {}
 
   def __call__(self, params: Any, rng: jax.Array) -> dict[str, float]:
     """{"eval/<mode>/pass_a": ..., "eval/<mode>/pass_ab": ..., ...}.
@@ -131,7 +138,7 @@ class Evaluator:
     Per mode: the `episode_scalars` over its episodes and "episodes", how
     many ran (tasks x samples per task).
     """
-    out = {}
+    out, per_task = {}, {}
     for k, (mode, sampler) in enumerate(self._samplers.items()):
       # Greedy decoding gives every copy of a task the same episode.
       copies = self._exp.eval.samples_per_task if mode == "sampled" else 1
@@ -154,7 +161,34 @@ class Evaluator:
       scalars = _merge([episode_scalars(r) for r in rollouts], rollouts)
       scalars["episodes"] = float(len(tasks))
       out.update({f"eval/{mode}/{name}": v for name, v in scalars.items()})
+      per_task[mode] = per_task_rates([e for r in rollouts for e in r.episodes])
+    self.last_per_task = per_task
     return out
+
+
+def per_task_rates(
+  episodes: Sequence[code_env.EpisodeState],
+) -> dict[str, list]:
+  """Per-task pass rates of finished episodes (k per task with k samples).
+
+  Returns:
+    {"task_id": [...], "pass_a": [...], "pass_ab": [...]}: one entry per
+    distinct task, in order of first appearance; a rate is the share of
+    that task's episodes passing suite A (and suite B).
+  """
+  counts: dict[str, list[int]] = {}
+  for episode in episodes:
+    a = passed_a(episode.outcome)
+    ab = a and passed_b(episode.outcome)
+    n = counts.setdefault(episode.task.task_id, [0, 0, 0])
+    n[0] += 1
+    n[1] += int(a)
+    n[2] += int(ab)
+  return {
+    "task_id": list(counts),
+    "pass_a": [a / n for n, a, _ in counts.values()],
+    "pass_ab": [ab / n for n, _, ab in counts.values()],
+  }
 
 
 def _merge(parts: list[dict[str, float]], rollouts) -> dict[str, float]:
@@ -163,4 +197,39 @@ def _merge(parts: list[dict[str, float]], rollouts) -> dict[str, float]:
   return {
     name: float(np.average([p[name] for p in parts], weights=weights))
     for name in parts[0]
+  }
+
+
+def paired_difference(
+  before: dict[str, list], after: dict[str, list], rate: str = "pass_ab"
+) -> dict[str, float] | None:
+  """`after` minus `before` per task (`per_task_rates` of two models).
+
+  Both models ran on the same tasks, so the difference is paired: its
+  standard error (over tasks) leaves out how hard each task is, which
+  dominates the noise of either rate alone.
+
+  Args:
+    before: per-task rates of the first model.
+    after: per-task rates of the second; tasks are matched by task_id.
+    rate: "pass_ab" or "pass_a".
+
+  Returns:
+    {"tasks", "mean", "se", "up", "down"}: tasks in both, the mean
+    difference, its standard error (NaN for one task), and how many tasks
+    rose or fell; None when no task is in both.
+  """
+  old = dict(zip(before["task_id"], before[rate], strict=True))
+  new = dict(zip(after["task_id"], after[rate], strict=True))
+  common = [t for t in new if t in old]
+  if not common:
+    return None
+  diff = np.asarray([new[t] - old[t] for t in common], np.float64)
+  se = diff.std(ddof=1) / np.sqrt(diff.size) if diff.size > 1 else math.nan
+  return {
+    "tasks": int(diff.size),
+    "mean": float(diff.mean()),
+    "se": float(se),
+    "up": int((diff > 0).sum()),
+    "down": int((diff < 0).sum()),
   }

@@ -529,14 +529,16 @@ def format_progress(
 def format_summary(
   rows: Sequence[tuple[str, Any, Any]],
   locations: Mapping[str, str] | None = None,
+  notes: Sequence[str] = (),
 ) -> str:
-  """The end-of-run table: pass@1 per stage, then where things are.
+  """The end-of-run table: pass@1 per stage, notes, then where things are.
 
   Args:
     rows: (stage, pass@1 on suite A, pass@1 on A-and-B) per line, e.g.
       [("SFT", 0.25, 0.125), ("PPO final", 0.5, 0.375)]; None prints "-".
     locations: label -> path lines printed under the table, e.g.
       {"checkpoint": ".../checkpoints/200", "metrics": ".../metrics.jsonl"}.
+    notes: lines printed right under the table, before the locations.
 
   Returns:
     A plain-text table with fixed column widths (no trailing newline).
@@ -567,6 +569,7 @@ def format_summary(
     lines.append(
       f"{str(stage):<{stage_width}}  {cell(pass_a)}  {cell(pass_ab)}"
     )
+  lines += list(notes)
   if locations:
     label_width = max(len(label) for label in locations)
     lines.append("")

@@ -10,7 +10,8 @@ workdir holds everything the run produces:
   checkpoints/         PPO checkpoints (resume picks up the newest)
   metrics.jsonl        one JSON object per PPO iteration
   tensorboard/         event files (`tensorboard --logdir=WORKDIR`)
-  eval_sft.json        held-out pass@1 of the SFT model
+  eval_sft.json        held-out pass@1 of the SFT model (and per task)
+  eval_final.json      per-task pass rates of PPO's last evaluation
   summary.json         SFT vs final pass@1 and where things are
 
 Running the same command again in the same workdir resumes: the SFT
@@ -48,6 +49,7 @@ from codeagent_rl.train import ppo as ppo_lib
 from codeagent_rl.train import sft as sft_lib
 
 EVAL_SFT = "eval_sft.json"
+EVAL_FINAL = "eval_final.json"
 SUMMARY = "summary.json"
 
 
@@ -281,7 +283,10 @@ def train_and_evaluate(
     sft_eval = _saved_sft_eval(eval_path, key)
     if sft_eval is None:
       sft_eval = evaluator(sft_params, jax.random.key(exp.seed + 2))
-      _write_json(eval_path, {"key": key, "eval": sft_eval})
+      _write_json(
+        eval_path,
+        {"key": key, "eval": sft_eval, "per_task": evaluator.last_per_task},
+      )
     console("SFT held-out: " + _eval_line(sft_eval))
     learner = ppo_lib.Learner(exp, mesh, rules)
     with metrics_lib.MetricsWriter(
@@ -304,9 +309,20 @@ def train_and_evaluate(
         console=console,
       )
   final_eval = result.last_eval
-  if not final_eval:  # resumed a finished run: nothing was evaluated
+  if final_eval:
+    _write_json(
+      workdir / EVAL_FINAL,
+      {
+        "iteration": result.iterations_done,
+        "per_task": evaluator.last_per_task,
+      },
+    )
+  else:  # resumed a finished run: nothing was evaluated
     final_eval = _last_eval_from_metrics(workdir)
-  summary = _summary(exp, workdir, sft_eval, final_eval, result)
+  paired = _paired(
+    exp, _read_per_task(eval_path), _read_per_task(workdir / EVAL_FINAL)
+  )
+  summary = _summary(exp, workdir, sft_eval, final_eval, result, paired)
   summary["elapsed_s"] = round(time.perf_counter() - start, 1)
   _write_json(workdir / SUMMARY, summary)
   console(summary["table"])
@@ -355,7 +371,45 @@ def _mode_label(exp: exp_lib.Experiment, mode: str) -> str:
   return f"{mode}, {k} per task" if mode == "sampled" and k > 1 else mode
 
 
-def _summary(exp, workdir, sft_eval, final_eval, result) -> dict[str, Any]:
+def _read_per_task(path: pathlib.Path) -> dict[str, dict] | None:
+  """The "per_task" rates saved in `path` (None if absent or unreadable)."""
+  try:
+    saved = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    return None
+  per_task = saved.get("per_task") if isinstance(saved, dict) else None
+  return per_task if isinstance(per_task, dict) else None
+
+
+def _paired(exp, sft_per_task, final_per_task) -> dict[str, dict]:
+  """PPO final minus SFT on pass@1 A&B, paired per task, for each mode."""
+  if not sft_per_task or not final_per_task:
+    return {}
+  paired = {}
+  for mode in exp.eval.modes:
+    if mode in sft_per_task and mode in final_per_task:
+      diff = eval_lib.paired_difference(
+        sft_per_task[mode], final_per_task[mode]
+      )
+      if diff is not None:
+        paired[mode] = diff
+  return paired
+
+
+def _paired_lines(exp, paired: dict[str, dict]) -> list[str]:
+  lines = []
+  for mode, d in paired.items():
+    lines.append(
+      f"PPO final - SFT ({_mode_label(exp, mode)}), pass@1 A&B paired over"
+      f" {d['tasks']} tasks: {d['mean']:+.3f} (s.e. {d['se']:.3f};"
+      f" {d['up']} tasks up, {d['down']} down)"
+    )
+  return lines
+
+
+def _summary(
+  exp, workdir, sft_eval, final_eval, result, paired
+) -> dict[str, Any]:
   rows = []
   for mode in exp.eval.modes:
     for stage, scalars in (("SFT", sft_eval), ("PPO final", final_eval)):
@@ -374,7 +428,8 @@ def _summary(exp, workdir, sft_eval, final_eval, result) -> dict[str, Any]:
   }
   records = ppo_lib.writer_history(workdir)
   counts = alarm_counts(records)
-  table = metrics_lib.format_summary(rows, locations)
+  notes = [*_paired_lines(exp, paired), _alarm_line(counts, len(records))]
+  table = metrics_lib.format_summary(rows, locations, notes)
   return {
     "preset": exp.preset,
     "estimator": exp.rl.advantage.estimator,
@@ -384,6 +439,7 @@ def _summary(exp, workdir, sft_eval, final_eval, result) -> dict[str, Any]:
     "sft_eval": sft_eval,
     "final_eval": final_eval,
     "alarms": counts,
-    "table": table + "\n" + _alarm_line(counts, len(records)),
+    "paired": paired,
+    "table": table,
     **{f"path/{k}": v for k, v in locations.items()},
   }

@@ -1,7 +1,11 @@
 """Held-out evaluation: one greedy episode per task, k sampled ones."""
 
+import math
+import types
+
 import jax
 import numpy as np
+import pytest
 
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import sharding
@@ -9,6 +13,7 @@ from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
+from codeagent_rl.status import JobStatus
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
@@ -74,3 +79,67 @@ def test_sampled_mode_runs_every_task_k_times_with_distinct_samples(
       rows.setdefault(task.task_id, []).append(row.tobytes())
   assert all(len(v) == SAMPLES for v in rows.values()), rows.keys()
   assert all(len(set(v)) > 1 for v in rows.values())
+  # Per-task rates of this call: every task once, averaging to the scalars.
+  per_task = evaluator.last_per_task
+  assert set(per_task) == {"greedy", "sampled"}
+  for mode, rates in per_task.items():
+    assert sorted(rates["task_id"]) == sorted(t.task_id for t in tasks)
+    for name in ("pass_a", "pass_ab"):
+      assert np.mean(rates[name]) == pytest.approx(out[f"eval/{mode}/{name}"])
+  assert all(
+    r * SAMPLES == int(r * SAMPLES) for r in per_task["sampled"]["pass_a"]
+  )
+
+
+def _episode(task_id, a_passed, b_passed):
+  outcome = code_env.Outcome(
+    status=JobStatus.OK,
+    executed=True,
+    suite_a_passed=a_passed,
+    suite_a_total=2,
+    suite_b_passed=b_passed,
+    suite_b_total=3,
+  )
+  return types.SimpleNamespace(
+    task=types.SimpleNamespace(task_id=task_id), outcome=outcome
+  )
+
+
+def test_per_task_rates_count_each_tasks_samples():
+  episodes = [
+    _episode("t1", 2, 3),  # passes A and B
+    _episode("t0", 2, 2),  # passes A only
+    _episode("t1", 1, 3),  # fails A
+    _episode("t0", 2, 3),
+    _episode("t1", 2, 3),
+    _episode("t0", 0, 0),
+  ]
+  rates = eval_lib.per_task_rates(episodes)
+  assert rates == {
+    "task_id": ["t1", "t0"],
+    "pass_a": [2 / 3, 2 / 3],
+    "pass_ab": [2 / 3, 1 / 3],
+  }
+
+
+def test_paired_difference_by_hand():
+  before = {"task_id": ["a", "b", "c", "d"], "pass_ab": [0.0, 0.5, 1.0, 0.25]}
+  # Another order, and a task ("e") the first model did not run.
+  after = {
+    "task_id": ["d", "c", "b", "a", "e"],
+    "pass_ab": [0.25, 0.75, 1.0, 0.5, 1.0],
+  }
+  d = eval_lib.paired_difference(before, after)
+  # Differences a +0.5, b +0.5, c -0.25, d 0: mean 0.1875; sample std
+  # sqrt(((0.3125^2) * 2 + 0.4375^2 + 0.1875^2) / 3) = 0.375.
+  assert d["tasks"] == 4
+  assert d["mean"] == pytest.approx(0.1875)
+  assert d["se"] == pytest.approx(0.375 / 2)
+  assert (d["up"], d["down"]) == (2, 1)
+  one = eval_lib.paired_difference(
+    {"task_id": ["a"], "pass_ab": [0.0]}, {"task_id": ["a"], "pass_ab": [1.0]}
+  )
+  assert one["mean"] == 1.0 and math.isnan(one["se"])
+  assert (
+    eval_lib.paired_difference(before, {"task_id": [], "pass_ab": []}) is None
+  )

@@ -422,6 +422,18 @@ def test_summary_table():
   assert len({len(line) for line in lines[:4]}) == 1
 
 
+def test_summary_notes_go_between_table_and_locations():
+  table = metrics.format_summary(
+    [("SFT", 0.25, 0.125)], {"metrics": "/w/m.jsonl"}, ["a note", "another"]
+  )
+  assert table.splitlines()[3:] == [
+    "a note",
+    "another",
+    "",
+    "metrics: /w/m.jsonl",
+  ]
+
+
 def test_summary_rejects_bad_rows():
   with pytest.raises(ValueError, match="expected \\(stage, pass@1 A"):
     metrics.format_summary([("SFT", 0.25)])

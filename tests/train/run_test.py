@@ -1,4 +1,6 @@
-"""Monitor alarms: warned once when they start, counted in the summary."""
+"""Summary notes: monitor alarms (warned once) and paired PPO - SFT lines."""
+
+import json
 
 from codeagent_rl.train import experiment
 from codeagent_rl.train import run
@@ -48,3 +50,51 @@ def test_alarm_counts_and_the_summary_line():
   )
   assert run.alarm_counts(records[1:2]) == {}
   assert run._alarm_line({}, 1) == "monitor alarms: none"
+
+
+def test_paired_lines_per_mode_from_saved_per_task(tmp_path):
+  exp = experiment.Experiment.from_config(tiny.get_config("default"))
+  assert exp.eval.modes == ("greedy", "sampled")
+  sft = {
+    "greedy": {"task_id": ["a", "b"], "pass_a": [0, 1], "pass_ab": [0, 1]},
+    "sampled": {
+      "task_id": ["a", "b"],
+      "pass_a": [0.25, 0.5],
+      "pass_ab": [0.25, 0.5],
+    },
+  }
+  final = {
+    "greedy": {"task_id": ["a", "b"], "pass_a": [1, 1], "pass_ab": [1, 1]},
+    "sampled": {"task_id": ["a", "b"], "pass_a": [0.5, 1], "pass_ab": [0, 1]},
+  }
+  (tmp_path / "sft.json").write_text(json.dumps({"per_task": sft}))
+  (tmp_path / "final.json").write_text(json.dumps({"per_task": final}))
+  paired = run._paired(
+    exp,
+    run._read_per_task(tmp_path / "sft.json"),
+    run._read_per_task(tmp_path / "final.json"),
+  )
+  assert paired["greedy"] == {
+    "tasks": 2,
+    "mean": 0.5,
+    "se": 0.5,
+    "up": 1,
+    "down": 0,
+  }
+  assert run._paired_lines(exp, paired) == [
+    "PPO final - SFT (greedy), pass@1 A&B paired over 2 tasks: +0.500"
+    " (s.e. 0.500; 1 tasks up, 0 down)",
+    "PPO final - SFT (sampled, 4 per task), pass@1 A&B paired over 2 tasks:"
+    " +0.125 (s.e. 0.375; 1 tasks up, 1 down)",
+  ]
+
+
+def test_missing_or_damaged_per_task_gives_no_paired_lines(tmp_path):
+  exp = experiment.Experiment.from_config(tiny.get_config("smoke"))
+  damaged = tmp_path / "damaged.json"
+  damaged.write_text("{not json")
+  old = tmp_path / "old.json"
+  old.write_text(json.dumps({"eval": {}}))  # written before per_task existed
+  for path in (tmp_path / "missing.json", damaged, old):
+    assert run._read_per_task(path) is None
+  assert run._paired(exp, None, {"greedy": {}}) == {}
