@@ -268,9 +268,10 @@ def train_and_evaluate(
     t0 = time.perf_counter()
     sft_params, sft_metrics = sft_lib.run_sft(exp, arrays, workdir, mesh, rules)
     sft_s = time.perf_counter() - t0
+    loss = sft_metrics.get("sft/loss")  # absent without SFT steps
     console(
-      f"SFT: {exp.sft.steps} steps, loss {sft_metrics.get('sft/loss', 'n/a')}"
-      f" ({sft_s:.0f} s)"
+      f"SFT: {exp.sft.steps} steps,"
+      f" loss {'n/a' if loss is None else f'{float(loss):.4f}'} ({sft_s:.0f} s)"
     )
     evaluator = eval_lib.Evaluator(
       exp,

@@ -377,6 +377,10 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
   assert console.progress() == [1, 2]
   assert console.lines[-len(table) :] == table
   assert any(line.startswith("SFT held-out: greedy") for line in console.lines)
+  assert any(
+    re.fullmatch(r"SFT: 4 steps, loss \d+\.\d{4} \(\d+ s\)", line)
+    for line in console.lines
+  ), console.lines
 
 
 def test_second_call_resumes_without_new_iterations(runs):
