@@ -403,7 +403,7 @@ def _paired_lines(exp, paired: dict[str, dict]) -> list[str]:
     lines.append(
       f"PPO final - SFT ({_mode_label(exp, mode)}), pass@1 A&B paired over"
       f" {d['tasks']} tasks: {d['mean']:+.3f} (s.e. {d['se']:.3f};"
-      f" {d['up']} tasks up, {d['down']} down)"
+      f" tasks up {d['up']}, down {d['down']})"
     )
   return lines
 

@@ -83,9 +83,9 @@ def test_paired_lines_per_mode_from_saved_per_task(tmp_path):
   }
   assert run._paired_lines(exp, paired) == [
     "PPO final - SFT (greedy), pass@1 A&B paired over 2 tasks: +0.500"
-    " (s.e. 0.500; 1 tasks up, 0 down)",
+    " (s.e. 0.500; tasks up 1, down 0)",
     "PPO final - SFT (sampled, 4 per task), pass@1 A&B paired over 2 tasks:"
-    " +0.125 (s.e. 0.375; 1 tasks up, 1 down)",
+    " +0.125 (s.e. 0.375; tasks up 1, down 1)",
   ]
 
 
