@@ -11,15 +11,13 @@ command again with the same `--workdir` resumes.
 
 from __future__ import annotations
 
-import logging as py_logging
-import os
 import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 from ml_collections import config_flags
 
+from codeagent_rl import logs
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.train import eval_job
@@ -32,40 +30,6 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string(
   "workdir", None, "Directory for checkpoints, metrics and the summary."
 )
-
-
-# Libraries whose INFO lines the console leaves out at the default
-# verbosity: orbax logs ~30 lines per checkpoint save, which buried the
-# progress lines (~450 of a default run's ~500 lines). Their warnings
-# still show; `--verbosity=1` shows everything.
-QUIET_LIBRARIES = ("orbax",)
-
-
-class LibraryInfoFilter(py_logging.Filter):
-  """Drops records below WARNING logged from the named packages' files."""
-
-  def __init__(self, packages: tuple[str, ...]):
-    super().__init__()
-    self._parts = tuple(f"{os.sep}{p}{os.sep}" for p in packages)
-
-  def filter(self, record: py_logging.LogRecord) -> bool:
-    """True to show `record`: a warning, or not from a quiet package."""
-    if record.levelno >= py_logging.WARNING:
-      return True
-    return not any(part in record.pathname for part in self._parts)
-
-
-def quiet_library_logs() -> LibraryInfoFilter | None:
-  """Hides QUIET_LIBRARIES' INFO lines unless --verbosity asks for more.
-
-  Returns:
-    The filter added to absl's handler, or None at a verbosity above INFO.
-  """
-  if logging.get_verbosity() > logging.INFO:
-    return None
-  quiet = LibraryInfoFilter(QUIET_LIBRARIES)
-  logging.get_absl_handler().addFilter(quiet)
-  return quiet
 
 
 def _innermost_text(error: BaseException) -> str:
@@ -106,7 +70,7 @@ def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.main`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  quiet_library_logs()
+  logs.quiet_library_logs()
   config = _CONFIG.value
   try:  # bad values stop here, naming the field, before anything starts
     job = config.job if "job" in config else None

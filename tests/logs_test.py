@@ -6,7 +6,7 @@ import os
 from absl import logging
 import pytest
 
-from codeagent_rl import main
+from codeagent_rl import logs
 
 
 def _record(path_parts: tuple[str, ...], level: int) -> py_logging.LogRecord:
@@ -27,7 +27,7 @@ def _record(path_parts: tuple[str, ...], level: int) -> py_logging.LogRecord:
   ],
 )
 def test_filter_drops_only_quiet_libraries_info(parts, level, shown):
-  quiet = main.LibraryInfoFilter(main.QUIET_LIBRARIES)
+  quiet = logs.LibraryInfoFilter(logs.QUIET_LIBRARIES)
   assert quiet.filter(_record(parts, level)) is shown
 
 
@@ -43,7 +43,7 @@ def verbosity():
 
 def test_default_verbosity_installs_the_filter(verbosity):
   verbosity(logging.INFO)
-  quiet = main.quiet_library_logs()
+  quiet = logs.quiet_library_logs()
   assert quiet in logging.get_absl_handler().filters
   record = _record(("orbax", "checkpoint", "atomicity.py"), py_logging.INFO)
   assert not logging.get_absl_handler().filter(record)
@@ -52,5 +52,5 @@ def test_default_verbosity_installs_the_filter(verbosity):
 def test_higher_verbosity_shows_everything(verbosity):
   verbosity(logging.DEBUG)
   before = list(logging.get_absl_handler().filters)
-  assert main.quiet_library_logs() is None
+  assert logs.quiet_library_logs() is None
   assert logging.get_absl_handler().filters == before
