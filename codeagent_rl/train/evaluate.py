@@ -101,7 +101,7 @@ class Evaluator:
 
   After each call, `last_per_task` holds that evaluation's per-task rates
   (`per_task_rates`), for paired comparisons of two models on the same
-  tasks (`train.metrics.paired_difference`).
+  tasks (`paired_difference`).
   """
 
   def __init__(

@@ -123,24 +123,20 @@ class AntiCheatRewards:
 def monitor_fn(exp: exp_lib.Experiment, warn=logging.warning):
   """The PPO loop's `monitor_fn`: alarms of the last iteration -> metrics.
 
-  An alarm is warned about when it starts firing, not again while it keeps
-  firing (the tiny demo's SFT model writes unparsable code in a few % of
-  episodes, over `flag_rate_onset`'s 2%, at every iteration); the
-  `monitor/<name>` metrics record every iteration, and the summary counts
-  them (`alarm_counts`).
+  An alarm is warned about when it starts firing (or first fires in this
+  process, after a resume), not again while it keeps firing (the tiny
+  demo's SFT model writes unparsable code in a few % of episodes, over
+  `flag_rate_onset`'s 2%, at every iteration); the `monitor/<name>`
+  metrics record every iteration, and the summary counts them
+  (`alarm_counts`).
   """
-
-  def fired(history: list[dict]) -> list[monitors.Alarm]:
-    if not history:
-      return []
-    alarms = monitors.check(history, exp.monitors)
-    return [a for a in alarms if a.iteration == history[-1]["iteration"]]
+  previous: set[str] = set()  # alarms of the last call
 
   def fn(history):
-    current = fired(history)
-    before = {alarm.name for alarm in fired(history[:-1])}
+    alarms = monitors.check(history, exp.monitors)
+    current = [a for a in alarms if a.iteration == history[-1]["iteration"]]
     for alarm in current:
-      if alarm.name not in before:
+      if alarm.name not in previous:
         warn(
           "monitor %s (not repeated while it keeps firing; monitor/%s in"
           " metrics.jsonl has every iteration): %s",
@@ -148,6 +144,8 @@ def monitor_fn(exp: exp_lib.Experiment, warn=logging.warning):
           alarm.name,
           alarm.message,
         )
+    previous.clear()
+    previous.update(alarm.name for alarm in current)
     return monitors.alarm_metrics(current, monitors.MONITOR_NAMES)
 
   return fn
@@ -318,12 +316,15 @@ def train_and_evaluate(
         "per_task": evaluator.last_per_task,
       },
     )
-  else:  # resumed a finished run: nothing was evaluated
-    final_eval = _last_eval_from_metrics(workdir)
+  records = ppo_lib.writer_history(workdir)
+  if not final_eval:  # resumed a finished run: nothing was evaluated
+    final_eval = _last_eval(records)
   paired = _paired(
     exp, _read_per_task(eval_path), _read_per_task(workdir / EVAL_FINAL)
   )
-  summary = _summary(exp, workdir, sft_eval, final_eval, result, paired)
+  summary = _summary(
+    exp, workdir, sft_eval, final_eval, result, paired, records
+  )
   summary["elapsed_s"] = round(time.perf_counter() - start, 1)
   _write_json(workdir / SUMMARY, summary)
   console(summary["table"])
@@ -358,8 +359,9 @@ def _eval_line(scalars: dict[str, float]) -> str:
   return "; ".join(parts)
 
 
-def _last_eval_from_metrics(workdir: pathlib.Path) -> dict[str, float]:
-  for record in reversed(ppo_lib.writer_history(workdir)):
+def _last_eval(records: list[dict]) -> dict[str, float]:
+  """The eval/* scalars of the newest metrics record that has them."""
+  for record in reversed(records):
     evals = {k: v for k, v in record.items() if k.startswith("eval/")}
     if evals:
       return evals
@@ -409,7 +411,7 @@ def _paired_lines(exp, paired: dict[str, dict]) -> list[str]:
 
 
 def _summary(
-  exp, workdir, sft_eval, final_eval, result, paired
+  exp, workdir, sft_eval, final_eval, result, paired, records
 ) -> dict[str, Any]:
   rows = []
   for mode in exp.eval.modes:
@@ -427,7 +429,6 @@ def _summary(
     "metrics": str(workdir / metrics_lib.METRICS_FILE),
     "tensorboard": f"tensorboard --logdir={workdir}",
   }
-  records = ppo_lib.writer_history(workdir)
   counts = alarm_counts(records)
   notes = [*_paired_lines(exp, paired), _alarm_line(counts, len(records))]
   table = metrics_lib.format_summary(rows, locations, notes)
