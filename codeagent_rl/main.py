@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
     run.run_job(config, _WORKDIR.value, sandbox)
   except experiment.SetupError as e:
     sys.exit(f"error: {e}")
-  except (gvisor.RunscNotFoundError, eval_job.CheckpointNotFoundError) as e:
+  except (gvisor.SetupError, eval_job.CheckpointNotFoundError) as e:
     sys.exit(str(e))  # messages written for users: no traceback
 
 

@@ -106,7 +106,7 @@ def main(argv: list[str]) -> None:
     sys.exit(str(e))
   try:
     pool = harness.SandboxPool(config)
-  except gvisor.RunscNotFoundError as e:
+  except gvisor.SetupError as e:
     sys.exit(str(e))
   with pool:
     out = (

@@ -19,15 +19,24 @@ FLAG_NAMES = {
   "timeout_s": "sandbox_timeout_s",
   "test_timeout_s": "sandbox_test_timeout_s",
   "memory_mb": "sandbox_memory_mb",
+  "max_processes": "sandbox_max_processes",
   "max_output_bytes": "sandbox_max_output_bytes",
   "recycle_after": "sandbox_recycle_after",
   "runsc_path": "runsc_path",
   "runsc_platform": "runsc_platform",
   "python": "sandbox_python",
 }
-# Smallest address space a job may get: the forked interpreter alone maps
-# about 30 MiB.
-MIN_MEMORY_MB = 64
+# Smallest address space a job process may get: the forked interpreter
+# alone maps about 30 MiB.
+MIN_PROCESS_MEMORY_MB = 64
+# What a job process may hold in the kernel per open descriptor, beyond its
+# address space (measured under gVisor with the job filter of seccomp.py:
+# a loopback TCP connection's two descriptors ~1.7 MiB, a pipe 64 KiB, a
+# socket pair 208 KiB).
+KERNEL_MB_PER_FILE = 1
+# The forkserver, the zygote, a spare and gVisor's sentry (an idle sandbox
+# measured ~55 MiB), with room to spare.
+SANDBOX_BASE_MB = 256
 
 
 def _name(field: str) -> str:
@@ -47,7 +56,10 @@ class SandboxConfig:
     timeout_s: wall-clock limit of one job (all its tests).
     test_timeout_s: wall-clock limit of one test (one call, or one run of a
       stdio program); the job's `timeout_s` still bounds the sum.
-    memory_mb: address-space limit (RLIMIT_AS) of each job process.
+    memory_mb: memory of one job, all its processes together: each job
+      process gets an address space (RLIMIT_AS) of `memory_mb //
+      max_processes` (`process_memory_mb`), so that every process the job
+      may have at once fits in it.
     max_output_bytes: cap on each of a job's stdout, stderr and returned
       data; a job past it is killed with status `output_limit`.
     recycle_after: a sandbox is replaced after this many jobs.
@@ -56,8 +68,8 @@ class SandboxConfig:
       hung on the machines we measured.
     python: the interpreter bound into the sandbox (and run by the process
       backend); an absolute path.
-    max_processes: RLIMIT_NPROC of the untrusted uid, i.e. the processes a
-      job may have at once.
+    max_processes: RLIMIT_NPROC of the untrusted uid, i.e. the processes
+      (and threads) a job may have at once.
     max_file_mb: RLIMIT_FSIZE, the largest file a job may write.
     max_open_files: RLIMIT_NOFILE of a job process.
     scratch_mb: size of the sandbox's tmpfs that holds the job's scratch
@@ -69,13 +81,13 @@ class SandboxConfig:
   pool_size: int = 2
   timeout_s: float = 10.0
   test_timeout_s: float = 2.0
-  memory_mb: int = 512
+  memory_mb: int = 1024
   max_output_bytes: int = 1 << 20
   recycle_after: int = 500
   runsc_path: str = "runsc"
   runsc_platform: str = "ptrace"
   python: str = "/usr/bin/python3"
-  max_processes: int = 16
+  max_processes: int = 4
   max_file_mb: int = 16
   max_open_files: int = 64
   scratch_mb: int = 64
@@ -100,8 +112,16 @@ class SandboxConfig:
       value = getattr(self, field)
       if type(value) is not int or value < 1:
         raise bad(field, "must be an integer >= 1.")
-    if type(self.memory_mb) is not int or self.memory_mb < MIN_MEMORY_MB:
-      raise bad("memory_mb", f"must be an integer >= {MIN_MEMORY_MB}.")
+    if type(self.memory_mb) is not int or self.process_memory_mb < (
+      MIN_PROCESS_MEMORY_MB
+    ):
+      least = MIN_PROCESS_MEMORY_MB * self.max_processes
+      raise bad(
+        "memory_mb",
+        f"must be an integer >= {least}: each of the job's"
+        f" {_name('max_processes')}={self.max_processes} processes needs"
+        f" {MIN_PROCESS_MEMORY_MB} MiB.",
+      )
     if type(self.max_output_bytes) is not int or self.max_output_bytes < 1024:
       raise bad("max_output_bytes", "must be an integer >= 1024.")
     if type(self.max_open_files) is not int or self.max_open_files < 16:
@@ -116,6 +136,11 @@ class SandboxConfig:
       raise bad("python", "must be an absolute path.")
 
   @property
+  def process_memory_mb(self) -> int:
+    """The address-space limit (RLIMIT_AS) of each job process, in MiB."""
+    return self.memory_mb // self.max_processes
+
+  @property
   def oci_pids_limit(self) -> int:
     """The OCI pids backstop: far above what one job may reach.
 
@@ -126,10 +151,13 @@ class SandboxConfig:
 
   @property
   def oci_memory_bytes(self) -> int:
-    """The OCI memory backstop, in bytes.
+    """The OCI memory backstop of one sandbox, in bytes.
 
-    Every job process at its RLIMIT_AS, plus the forkserver, the scratch
-    tmpfs and slack for the sentry.
+    Twice a job's memory: gVisor hands a finished job's pages back to the
+    host within about a second (measured), and the next job may start
+    before that; plus each process's kernel allowance, the scratch tmpfs
+    and the sandbox's own processes.
     """
-    per_job = (self.max_processes + 1) * self.memory_mb + self.scratch_mb
-    return (per_job + 512) << 20
+    kernel = self.max_open_files * KERNEL_MB_PER_FILE
+    job = self.memory_mb + self.max_processes * kernel
+    return (2 * job + self.scratch_mb + SANDBOX_BASE_MB) << 20

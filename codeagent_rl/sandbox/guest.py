@@ -13,7 +13,7 @@ server then dies with that parent). It answers frames (see
 reply per job, until end of file.
 
 A job is `{"id", "kind": "function" | "stdio", "code", "entry_point",
-"tests", "timeout_s", "test_timeout_s", "memory_mb", "max_output_bytes",
+"tests", "timeout_s", "test_timeout_s", "address_space_mb", "max_output_bytes",
 "max_processes", "max_file_mb", "max_open_files"}`. Function tests carry
 tagged `args` / `kwargs`, stdio tests a `stdin` string: test *inputs* only.
 
@@ -84,16 +84,18 @@ _PR_SET_PDEATHSIG = 1
 _TRUNCATED = "\n[... truncated]"
 
 
-def _load_wire():
-  """Loads `wire.py` from this file's directory (no package is installed)."""
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
-  spec = importlib.util.spec_from_file_location("_sandbox_wire", path)
+def _load_sibling(name: str):
+  """Loads `name`.py from this file's directory (no package is installed)."""
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+  spec = importlib.util.spec_from_file_location("_sandbox_" + name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
 
 
-wire = _load_wire()
+wire = _load_sibling("wire")
+# Loaded (with ctypes) once here, so that job processes inherit it.
+seccomp = _load_sibling("seccomp")
 
 
 class _TestTimeout(BaseException):
@@ -136,7 +138,7 @@ def _set_limits(job: dict) -> None:
   limits = [
     (resource.RLIMIT_CORE, 0),
     (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-    (resource.RLIMIT_AS, job["memory_mb"] << 20),
+    (resource.RLIMIT_AS, job["address_space_mb"] << 20),
     (resource.RLIMIT_NPROC, job["max_processes"]),
     (resource.RLIMIT_FSIZE, job["max_file_mb"] << 20),
     (resource.RLIMIT_NOFILE, job["max_open_files"]),
@@ -222,6 +224,13 @@ def _enter_child(config, scratch, stdin_fd, job):
   _set_limits(job)
   os.environ.clear()
   sys.argv = ["main.py"]
+  if _JOB_FILTER == "on":
+    try:
+      seccomp.install()
+    except OSError as e:
+      # It worked at start-up; never run a job unfiltered (a crash).
+      os.write(2, f"sandbox: cannot filter the job: {e}\n".encode())
+      os._exit(70)
 
 
 def _describe(exc: BaseException) -> str:
@@ -278,21 +287,21 @@ def _child_function(job: dict) -> None:
     load_error = None
   except BaseException as e:
     load_error = ("memory" if isinstance(e, MemoryError) else "error", e)
+  order = list(range(len(tests)))
   if load_error is not None:
     status, exc = load_error
     reason = "loading the code failed: " + _describe(exc)
-    for i in range(len(tests)):
+    send(_RESULT_FD, {"event": "order", "order": order})
+    for i in order:
       send(_RESULT_FD, {"event": "result", "test": i, "status": status,
-                        "error": reason, "time_s": 0.0})  # fmt: skip
+                        "error": reason})  # fmt: skip
     _done(streams)
-  order = list(range(len(tests)))
   random.SystemRandom().shuffle(order)
   # The server times each test from the previous result (or from this
   # frame), so it needs the order but no frame per test start.
   send(_RESULT_FD, {"event": "order", "order": order})
   for i in order:
     frame = {"event": "result", "test": i}
-    start = time.perf_counter()
     try:
       args = wire.decode(tests[i]["args"])
       kwargs = wire.decode(tests[i]["kwargs"])
@@ -309,7 +318,6 @@ def _child_function(job: dict) -> None:
       frame.update(status="error", error=_describe(e))
     finally:
       signal.setitimer(signal.ITIMER_REAL, 0)
-    frame["time_s"] = time.perf_counter() - start
     send(_RESULT_FD, frame)
   _done(streams)
 
@@ -408,18 +416,123 @@ def _ignore(func, path, exc_info):
   del func, path, exc_info
 
 
+class _Malformed(Exception):
+  """A job process broke the result protocol (its code shares the pipe)."""
+
+
+# Statuses a function job process may report for one test.
+_CHILD_STATUSES = ("ok", "error", "timeout", "memory", "bad_output")
+_ERROR_CHARS = 1000
+
+
+def _clean_text(text: str, limit: int) -> str:
+  """`text` cut to `limit` characters, lone surrogates escaped.
+
+  A job's exception messages are its own strings; one holding a lone
+  surrogate would survive JSON but break UTF-8 encoders on the host.
+  """
+  text = _short(text, limit)
+  return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class _FunctionResults:
+  """A function job's result frames, accepted only in the order they come.
+
+  The job process sends `order` (a permutation of the test indices), then
+  one `result` per test in that order, then `done`. Its untrusted code can
+  write to the same descriptor, so anything else is malformed (the server
+  kills the job). Times are the server's own: a test runs from the arrival
+  of the previous frame to the arrival of its result.
+
+  Attributes:
+    order: the test order, once received.
+    tests: per test index, the reply entry once its result arrived.
+    done: the job process said "done" after the last result.
+  """
+
+  def __init__(self, num_tests: int):
+    self.order = None
+    self.tests = [None] * num_tests
+    self.done = False
+    self.mark = None  # arrival of the last frame: the running test's start
+    self._received = 0
+
+  def running(self) -> int | None:
+    """The test that runs now (None before the order and after the last)."""
+    if self.order is None or self._received >= len(self.order):
+      return None
+    return self.order[self._received]
+
+  def feed(self, frame, now: float) -> None:
+    """Takes one frame that arrived at `now`; raises `_Malformed`."""
+    if not isinstance(frame, dict):
+      raise _Malformed("a result frame is not an object")
+    event = frame.get("event")
+    n = len(self.tests)
+    if self.done:
+      raise _Malformed("a frame after done")
+    if event == "order" and self.order is None:
+      order = frame.get("order")
+      if not (
+        type(order) is list
+        and len(order) == n
+        and all(type(i) is int for i in order)
+        and sorted(order) == list(range(n))
+      ):
+        raise _Malformed("the test order is not a permutation of the tests")
+      self.order, self.mark = order, now
+    elif event == "result" and self.running() is not None:
+      index = self.running()
+      if type(frame.get("test")) is not int or frame["test"] != index:
+        raise _Malformed(f"a result for test {frame.get('test')!r:.20}")
+      self.tests[index] = _test_entry(frame, now - self.mark)
+      self._received += 1
+      self.mark = now
+    elif event == "done" and self.order is not None and self.running() is None:
+      self.done = True
+    else:
+      raise _Malformed(f"an unexpected {str(event)[:20]!r} frame")
+
+
+def _test_entry(frame: dict, time_s: float) -> dict:
+  """The reply entry of one test's result frame (raises `_Malformed`)."""
+  status, error = frame.get("status"), frame.get("error", "")
+  if status not in _CHILD_STATUSES or type(error) is not str:
+    raise _Malformed("a result frame with a bad status or error")
+  entry = {
+    "status": status,
+    "output": None,
+    "error": _clean_text(error, _ERROR_CHARS),
+    "time_s": time_s,
+  }
+  if status == "ok":
+    if "output" not in frame:
+      raise _Malformed("an ok result without an output")
+    try:
+      wire.decode(frame["output"])
+    except (wire.DecodeError, RecursionError) as e:
+      entry["status"] = "bad_output"
+      entry["error"] = _short(f"output is not tagged plain data: {e}", 200)
+    else:
+      entry["output"] = frame["output"]
+  return entry
+
+
 class _Capture:
   """What the forkserver saw of one child process."""
 
   def __init__(self):
     self.stdout = bytearray()
     self.stderr = bytearray()
-    self.frames = []
+    self.result_bytes = 0  # everything received on the result pipe
+    self.results = None  # a function job's `_FunctionResults`
+    self.memory = False  # a stdio run reported a MemoryError
     self.malformed = None
     self.killed = None  # "timeout" | "output_limit" when the server killed it
     self.exit_code = None
     self.signal = None
     self.in_test = None  # index of the test running when it was killed
+    self.killed_at = None  # when the server killed it for its time
     self.done = False  # a function job sent "done": not waited for
 
 
@@ -713,12 +826,15 @@ class ForkServer:
     # timer of ours inside, so the limit is enforced from here exactly.
     test_limit = job["test_timeout_s"] + (0.0 if stdio else _GRACE_S)
     test_deadline = time.monotonic() + test_limit if stdio else None
-    order, results = [], 0
+    if not stdio:
+      cap.results = _FunctionResults(len(job["tests"]))
     exited = False
     # Exits are looked for only when the zygote reports one or nothing
     # arrived (two system calls saved per result frame).
     look = True
-    while open_fds and cap.killed is None and not cap.done:
+    while (
+      open_fds and cap.killed is None and cap.malformed is None and not cap.done
+    ):
       if not exited and look:
         self._reap()
         exited = pid in self.statuses
@@ -732,7 +848,7 @@ class ForkServer:
       if test_deadline is not None:
         deadline = min(deadline, test_deadline)
       if now >= deadline and not exited:
-        cap.killed = "timeout"
+        cap.killed, cap.killed_at = "timeout", now
         break
       # Once the job is dead and killed, its pipes end at once; a writer
       # that survived the kill must not hang the server.
@@ -750,41 +866,28 @@ class ForkServer:
           os.close(fd)
           continue
         buffers[fd] += data
-        if len(buffers[fd]) > limits[fd]:
+        if fd == res_r:
+          # Parsed frames leave the buffer: count every byte received.
+          cap.result_bytes += len(data)
+          over = cap.result_bytes > limits[fd]
+        else:
+          over = len(buffers[fd]) > limits[fd]
+        if over:
           cap.killed = "output_limit"
-        if fd == res_r and cap.malformed is None:
+        elif fd == res_r:
+          now = time.monotonic()
           try:
-            frames = wire.split_frames(buffers[res_r], budget["result"])
-          except wire.FrameError as e:
+            count = self._read_frames(
+              cap, buffers[res_r], budget["result"], now
+            )
+          except _Malformed as e:
             cap.malformed = str(e)
-            frames = []
-          for frame in frames:
-            if not isinstance(frame, dict):
-              cap.malformed = "a result frame is not an object"
-              break
-            cap.frames.append(frame)
-            event = frame.get("event")
-            if event == "done" and not stdio:
-              cap.done = True
-            if stdio or event not in ("order", "result"):
-              continue
-            if event == "order":
-              order = frame.get("order")
-              if not (
-                isinstance(order, list) and all(type(i) is int for i in order)
-              ):
-                cap.malformed = "the test order is not a list of ints"
-                break
-              results = 0
-            else:
-              results += 1
-            # The next test starts now; it gets its own time limit.
-            if results < len(order):
-              test_deadline = time.monotonic() + test_limit
-              cap.in_test = order[results]
-            else:
-              test_deadline = None
-              cap.in_test = None
+            break
+          if count and cap.results is not None:
+            # The next test (or the "done" after the last) starts now,
+            # with its own time limit, counted from here.
+            test_deadline = now + test_limit
+            cap.in_test = cap.results.running()
     if cap.done and cap.killed is None:
       # The job flushed its streams before "done": what they hold now is
       # all of its output. The process is killed after the reply.
@@ -812,6 +915,27 @@ class ForkServer:
         cap.exit_code = os.waitstatus_to_exitcode(status)
     self.statuses.clear()
     return cap
+
+  @staticmethod
+  def _read_frames(cap: _Capture, buffer: bytearray, limit: int, now) -> int:
+    """Takes the complete frames in `buffer`; returns how many.
+
+    Raises:
+      _Malformed: a frame is not what the protocol allows here.
+    """
+    try:
+      frames = wire.split_frames(buffer, limit)
+    except wire.FrameError as e:
+      raise _Malformed(str(e)) from None
+    for frame in frames:
+      if cap.results is not None:
+        cap.results.feed(frame, now)
+        cap.done = cap.results.done
+      elif not isinstance(frame, dict):
+        raise _Malformed("a result frame is not an object")
+      elif frame.get("event") == "exit" and frame.get("status") == "memory":
+        cap.memory = True
+    return len(frames)
 
   @staticmethod
   def _drain(fd: int, buffer: bytearray, limit: int, cap: _Capture) -> None:
@@ -965,39 +1089,21 @@ class ForkServer:
     message = {"job": job, "scratch": scratch, "stdin": None}
     pid, fds = self._start(message)
     cap = self._supervise(job, pid, fds, job_deadline, budget, stdio=False)
-    n = len(job["tests"])
-    tests = [None] * n
-    done = False
-    for frame in cap.frames:
-      if frame.get("event") == "done":
-        done = True
-      index = frame.get("test")
-      if (
-        frame.get("event") == "result"
-        and type(index) is int
-        and 0 <= index < n
-        and tests[index] is None
-      ):
-        tests[index] = {
-          "status": frame.get("status"),
-          "output": frame.get("output"),
-          "error": frame.get("error", ""),
-          "time_s": frame.get("time_s", 0.0),
-        }
-    if cap.killed == "timeout" and type(cap.in_test) is int:
-      if 0 <= cap.in_test < n and tests[cap.in_test] is None:
-        tests[cap.in_test] = {
-          "status": "timeout",
-          "output": None,
-          "error": "killed at the per-test or job time limit",
-          "time_s": 0.0,
-        }
+    results = cap.results
+    tests = list(results.tests)
+    if cap.killed == "timeout" and cap.in_test is not None:
+      tests[cap.in_test] = {
+        "status": "timeout",
+        "output": None,
+        "error": "killed at the per-test or job time limit",
+        "time_s": cap.killed_at - results.mark,
+      }
     missing = "not run: the job process stopped first"
     tests = [
       t or {"status": "not_run", "output": None, "error": missing}
       for t in tests
     ]
-    status, reason = _job_status(cap, done, tests)
+    status, reason = _job_status(cap, results.done, tests)
     return {
       "status": status,
       "reason": reason,
@@ -1018,6 +1124,15 @@ class ForkServer:
                       "error": "not run: the job stopped first"})  # fmt: skip
         continue
       started = time.monotonic()
+      if index:
+        # Each run gets a scratch directory of its own (the last run's
+        # processes are dead): nothing a run wrote, its stdin say, is
+        # there for the next one.
+        if not self._renew_scratch_root(scratch):
+          self.clean = False
+          raise RuntimeError("the scratch area could not be emptied")
+        scratch, self.next_scratch = self.next_scratch, None
+        self.used_scratch = scratch
       # Each run gets the code and its own stdin, not the other tests'.
       unit = dict(job, tests=[])
       message = {"job": unit, "scratch": scratch, "stdin": test["stdin"]}
@@ -1083,6 +1198,7 @@ class ForkServer:
         "pid": os.getpid(),
         "uid": os.getuid(),
         "python": sys.version.split()[0],
+        "job_filter": _JOB_FILTER,
       },
     )
     while True:
@@ -1154,7 +1270,7 @@ def _stdio_status(cap: _Capture) -> tuple[str, str]:
     return "timeout", "killed at the per-test or job time limit"
   if cap.signal == signal.SIGXCPU:
     return "timeout", "CPU time limit exceeded"
-  if any(f.get("status") == "memory" for f in cap.frames):
+  if cap.memory:
     return "memory", "MemoryError"
   if cap.signal is not None:
     return "error", f"killed by {_signal_name(cap.signal)}"
@@ -1179,6 +1295,35 @@ def _become_subreaper() -> bool:
   return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
+# "on" when job processes get the seccomp filter, else "off: <why>" (the
+# ready frame says which; the gVisor host refuses a sandbox without it).
+_JOB_FILTER = "off: not probed"
+
+
+def _probe_job_filter() -> str:
+  """Installs the filter in a throw-away child and checks that it holds."""
+  pid = os.fork()
+  if pid == 0:
+    try:
+      seccomp.install()
+      number = seccomp.syscall_numbers()["shmget"]
+      libc = seccomp.ctypes.CDLL(None, use_errno=True)
+      denied = libc.syscall(number, 0, 4096, 0o1600) == -1
+      os._exit(0 if denied and seccomp.ctypes.get_errno() == errno.EPERM else 3)
+    except OSError as e:
+      os._exit(4 if e.errno == errno.ENOSYS else 5)
+    except BaseException:
+      os._exit(6)
+  code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+  reasons = {
+    0: "on",
+    3: "off: the filter did not deny a call",
+    4: f"off: no system call table for {os.uname().machine}",
+    5: "off: the kernel refused the filter",
+  }
+  return reasons.get(code, f"off: the probe exited with {code}")
+
+
 def main(argv: list[str]) -> int:
   """Serves jobs with the config JSON in argv[1]; returns the exit code."""
   config = json.loads(argv[1])
@@ -1197,6 +1342,8 @@ def main(argv: list[str]) -> int:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
       return 0
+  global _JOB_FILTER
+  _JOB_FILTER = _probe_job_filter()
   try:
     ForkServer(config, in_fd, out_fd).serve()
   except OSError as e:

@@ -77,8 +77,54 @@ print(json.dumps({"executable": os.path.realpath(sys.executable),
 """
 
 
-class RunscNotFoundError(RuntimeError):
+class SetupError(RuntimeError):
+  """Sandboxes cannot be started here; the message says what to do."""
+
+
+class RunscNotFoundError(SetupError):
   """`runsc` is not installed or not where `--runsc_path` says."""
+
+
+class HostMemoryError(SetupError):
+  """The pool's memory backstops add up to more than the host has."""
+
+
+def host_available_bytes() -> int | None:
+  """MemAvailable of /proc/meminfo, in bytes (None where unreadable)."""
+  try:
+    with open("/proc/meminfo", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) << 10
+  except (OSError, ValueError, IndexError):
+    pass
+  return None
+
+
+def check_host_memory(
+  config: config_lib.SandboxConfig, available: int | None
+) -> None:
+  """Raises `HostMemoryError` unless every sandbox's backstop fits at once.
+
+  A sandbox that reaches its OCI memory limit is killed (with the job in
+  it); the host itself must never run out first.
+
+  Args:
+    config: the pool's settings.
+    available: bytes the host can give (`host_available_bytes()`); None
+      skips the check.
+  """
+  need = config.pool_size * config.oci_memory_bytes
+  if available is None or need <= available:
+    return
+  raise HostMemoryError(
+    f"{config.pool_size} sandboxes (--sandbox_pool_size) may hold"
+    f" {config.oci_memory_bytes >> 20} MiB each (twice"
+    f" --sandbox_memory_mb={config.memory_mb}, plus kernel buffers, scratch"
+    f" and the sandbox's own processes), {need >> 20} MiB in all, but the"
+    f" host has {available >> 20} MiB available. Lower --sandbox_pool_size"
+    " or --sandbox_memory_mb."
+  )
 
 
 def find_runsc(runsc_path: str) -> str:
@@ -316,9 +362,11 @@ class GVisorLauncher:
 
     Raises:
       RunscNotFoundError: runsc is missing (the message says what to do).
+      HostMemoryError: the pool's backstops do not fit in the host.
     """
     self.config = config
     self.runsc = find_runsc(config.runsc_path)
+    check_host_memory(config, host_available_bytes())
     self.runtime = discover_runtime(config.python)
     sweep_stale_roots(self.runsc)
     self.root = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}.")
@@ -378,6 +426,14 @@ class GVisorLauncher:
     except Exception:
       cleanup()
       raise
+    state = guest.info.get("job_filter")
+    if state != "on":
+      guest.close()
+      raise worker.SandboxError(
+        f"{container}: job processes cannot get their seccomp filter"
+        f" ({state}); without it a job could leave IPC objects for the next"
+        " one. Use an x86-64 or arm64 host."
+      )
     with self._lock:
       self._guests.add(guest)
     return guest

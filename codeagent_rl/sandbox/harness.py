@@ -57,7 +57,13 @@ _TEST_TIMEOUT_S = flags.DEFINE_float(
 _MEMORY_MB = flags.DEFINE_integer(
   "sandbox_memory_mb",
   _D.memory_mb,
-  "Address-space limit (RLIMIT_AS) of each job process, in MiB.",
+  "Memory of one job, all its processes together, in MiB: each process"
+  " gets an address space (RLIMIT_AS) of memory / --sandbox_max_processes.",
+)
+_MAX_PROCESSES = flags.DEFINE_integer(
+  "sandbox_max_processes",
+  _D.max_processes,
+  "Processes (and threads) one job may have at once.",
 )
 _MAX_OUTPUT_BYTES = flags.DEFINE_integer(
   "sandbox_max_output_bytes",
@@ -108,6 +114,7 @@ def config_from_flags(**overrides) -> config_lib.SandboxConfig:
     "timeout_s": _TIMEOUT_S.value,
     "test_timeout_s": _TEST_TIMEOUT_S.value,
     "memory_mb": _MEMORY_MB.value,
+    "max_processes": _MAX_PROCESSES.value,
     "max_output_bytes": _MAX_OUTPUT_BYTES.value,
     "recycle_after": _RECYCLE_AFTER.value,
     "runsc_path": _RUNSC_PATH.value,
@@ -122,7 +129,8 @@ def make_launcher(config: config_lib.SandboxConfig):
   """The launcher of `config.backend` (warns loudly for "process").
 
   Raises:
-    gvisor.RunscNotFoundError: backend "gvisor" without runsc.
+    gvisor.SetupError: backend "gvisor" without runsc, or more memory
+      asked of the host than it has (the message says what to do).
   """
   if config.backend == "process":
     logging.warning(PROCESS_BACKEND_WARNING)
@@ -144,7 +152,8 @@ class SandboxPool:
     """Starts every sandbox and waits until each is ready.
 
     Raises:
-      gvisor.RunscNotFoundError: backend "gvisor" without runsc.
+      gvisor.SetupError: backend "gvisor" without runsc, or more memory
+        asked of the host than it has (the message says what to do).
       worker.SandboxError: a sandbox did not start.
     """
     self.config = config

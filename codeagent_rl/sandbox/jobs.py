@@ -124,7 +124,7 @@ class Job:
       "tests": tests,
       "timeout_s": timeout_s,
       "test_timeout_s": test_timeout_s,
-      "memory_mb": config.memory_mb,
+      "address_space_mb": config.process_memory_mb,
       "max_output_bytes": config.max_output_bytes,
       "max_processes": config.max_processes,
       "max_file_mb": config.max_file_mb,

@@ -67,9 +67,19 @@ def _reject_constant(name: str) -> Any:
   raise ValueError(f"non-finite JSON number {name} (tag it as $float)")
 
 
+def _finite_float(text: str) -> float:
+  value = float(text)
+  if not math.isfinite(value):
+    # 1e999 is valid JSON that overflows: no encoder could write it back.
+    raise ValueError(f"JSON number {text[:40]} is not a finite float")
+  return value
+
+
 def loads(text: str | bytes) -> Any:
-  """`json.loads` that rejects the non-standard NaN/Infinity literals."""
-  return json.loads(text, parse_constant=_reject_constant)
+  """`json.loads` that rejects non-finite numbers (NaN, 1e999, ...)."""
+  return json.loads(
+    text, parse_constant=_reject_constant, parse_float=_finite_float
+  )
 
 
 def dumps(obj: Any) -> str:

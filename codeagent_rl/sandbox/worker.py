@@ -37,7 +37,7 @@ from codeagent_rl.sandbox import wire
 UNTRUSTED_UID = 65534
 UNTRUSTED_GID = 65534
 GUEST_DIR = pathlib.Path(__file__).resolve().parent
-GUEST_FILES = ("guest.py", "wire.py")
+GUEST_FILES = ("guest.py", "wire.py", "seccomp.py")
 # Extra time the host grants a reply beyond the job's own time limit (the
 # forkserver enforces that limit; this only catches a wedged sandbox).
 REPLY_MARGIN_S = 10.0

@@ -576,7 +576,7 @@ def main(argv: list[str]) -> None:
     problems = load_problems(values.task_ids)
     with harness.SandboxPool(sandbox) as pool:
       tasks = convert(pool, problems, config, _progress)
-  except (ConversionError, gvisor.RunscNotFoundError) as e:
+  except (ConversionError, gvisor.SetupError) as e:
     sys.exit(f"humaneval: {e}")
   schema.write_tasks(values.out, tasks)
   print(f"humaneval: wrote {len(tasks)} tasks to {values.out}")

@@ -46,7 +46,9 @@ def pool(request):
     ("runsc_path", "", "--runsc_path=''"),
     ("runsc_platform", "xen", "--runsc_platform='xen'"),
     ("python", "python3", "--sandbox_python='python3'"),
-    ("max_processes", 0, "SandboxConfig.max_processes=0"),
+    ("max_processes", 0, "--sandbox_max_processes=0"),
+    ("memory_mb", 255, "--sandbox_memory_mb=255: must be an integer >= 256"),
+    ("max_file_mb", 0, "SandboxConfig.max_file_mb=0"),
     ("pool_size", 1.5, "--sandbox_pool_size=1.5"),
   ],
 )
@@ -56,10 +58,43 @@ def test_config_names_flag_and_value(field, value, fragment):
   assert str(e.value).startswith(fragment), str(e.value)
 
 
+def test_job_memory_is_shared_by_its_processes():
+  config = config_lib.SandboxConfig(max_processes=8, memory_mb=1024)
+  assert config.process_memory_mb == 128
+  # Every process of a job at its address-space limit fits the job's memory.
+  assert config.max_processes * config.process_memory_mb <= config.memory_mb
+  with pytest.raises(ValueError, match="each of the job's"):
+    config_lib.SandboxConfig(max_processes=8, memory_mb=511)
+
+
 def test_oci_backstops_exceed_what_one_job_may_use():
-  config = config_lib.SandboxConfig(max_processes=16, memory_mb=512)
-  assert config.oci_memory_bytes > 17 * 512 << 20
+  config = config_lib.SandboxConfig(max_processes=16, memory_mb=2048)
+  # A job at its limit, plus the one before it whose pages the sandbox may
+  # not have returned yet, and a descriptor's worth of kernel memory each.
+  kernel = config.max_processes * config.max_open_files << 20
+  assert config.oci_memory_bytes > 2 * ((2048 << 20) + kernel)
   assert config.oci_pids_limit >= 16 * 16
+
+
+@pytest.mark.parametrize("pool_size,fits", [(1, True), (4, False)])
+def test_pool_backstops_must_fit_in_the_host(pool_size, fits):
+  config = config_lib.SandboxConfig(pool_size=pool_size)
+  available = 3 * config.oci_memory_bytes
+  if fits:
+    gvisor.check_host_memory(config, available)
+    gvisor.check_host_memory(config, None)  # unknown: not checked
+    return
+  with pytest.raises(gvisor.HostMemoryError) as e:
+    gvisor.check_host_memory(config, available)
+  message = str(e.value)
+  assert "--sandbox_pool_size" in message and "--sandbox_memory_mb" in message
+  assert f"{available >> 20} MiB available" in message
+
+
+def test_pool_refuses_more_memory_than_the_host_has():
+  huge = config_lib.SandboxConfig(memory_mb=1 << 30, pool_size=1)
+  with pytest.raises(gvisor.HostMemoryError, match="Lower"):
+    harness.SandboxPool(huge)
 
 
 def test_config_from_flags():
@@ -71,6 +106,7 @@ def test_config_from_flags():
         "--sandbox_pool_size=3",
         "--sandbox_timeout_s=7.5",
         "--sandbox_memory_mb=300",
+        "--sandbox_max_processes=2",
         "--runsc_platform=kvm",
       ]
     )
@@ -80,6 +116,7 @@ def test_config_from_flags():
     pool_size=3,
     timeout_s=7.5,
     memory_mb=300,
+    max_processes=2,
     runsc_platform="kvm",
     recycle_after=9,
   )

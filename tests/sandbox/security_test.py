@@ -572,7 +572,7 @@ print(sorted(os.listdir("/sandbox")), os.path.getsize("/sandbox/guest.py"))
 """
   result = run_program(pool, check)
   guest = worker.GUEST_DIR / "guest.py"
-  assert result.stdout.split("]")[0] + "]" == "['guest.py', 'wire.py']"
+  assert result.stdout.split("]")[0] + "]" == str(sorted(worker.GUEST_FILES))
   assert int(result.stdout.split()[-1]) == guest.stat().st_size
   assert_clean_sandbox(pool)
 
