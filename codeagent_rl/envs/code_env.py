@@ -534,7 +534,8 @@ class CodeEnv:
     self, task: schema.Task, test: dict, run: jobs.TestRun
   ) -> protocol.TestReport:
     """One visible test's verdict, with a one-line reason when it failed."""
-    verdict = judge.judge_test(task.kind, test, run, self.judge_config)
+    config = judge.task_config(task, self.judge_config)
+    verdict = judge.judge_test(task.kind, test, run, config)
     if verdict.passed:
       return protocol.TestReport(True)
     if task.kind == jobs.STDIO:

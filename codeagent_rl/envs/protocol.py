@@ -53,6 +53,7 @@ import re
 import textwrap
 from typing import Any
 
+from codeagent_rl import plain_repr
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.tasks import schema
 
@@ -225,36 +226,19 @@ def last_line(text: str) -> str:
   return ""
 
 
-def _repr(value: Any) -> str:
-  """`repr` with sets in a fixed order, so output never depends on hashing."""
-  if type(value) in (set, frozenset):
-    # Ints and strs sort by value; anything else by repr (a total order too).
-    if {type(v) for v in value} in ({int}, {str}):
-      items = ", ".join(_repr(v) for v in sorted(value))
-    else:
-      items = ", ".join(sorted(_repr(v) for v in value))
-    inner = f"{{{items}}}" if value else ""
-    if type(value) is frozenset:
-      return f"frozenset({inner})"
-    return inner or "set()"
-  if type(value) is list:
-    return "[" + ", ".join(_repr(v) for v in value) + "]"
-  if type(value) is tuple:
-    if len(value) == 1:
-      return f"({_repr(value[0])},)"
-    return "(" + ", ".join(_repr(v) for v in value) + ")"
-  if type(value) is dict:
-    items = (f"{_repr(k)}: {_repr(v)}" for k, v in value.items())
-    return "{" + ", ".join(items) + "}"
-  return repr(value)
-
-
 def value_repr(value: Any, max_chars: int | None = VALUE_MAX_CHARS) -> str:
-  """A deterministic repr of plain data, cut to `max_chars` with "..."."""
-  text = _repr(value)
-  if max_chars is not None and len(text) > max_chars:
-    return text[: max(max_chars - 3, 0)] + "..."
-  return text
+  """A deterministic repr of plain data, cut to `max_chars` with "...".
+
+  `plain_repr.plain_repr`: sets in a fixed order, ints past 4300 digits as
+  `<int of ~N digits>`; it never raises and stops building once it has
+  enough characters.
+  """
+  return plain_repr.plain_repr(value, max_chars)
+
+
+def _keyword(name: Any, max_chars: int | None) -> str:
+  # Task files only hold str keys; anything else is shown, not formatted.
+  return name if type(name) is str else value_repr(name, max_chars)
 
 
 def call_repr(
@@ -263,9 +247,12 @@ def call_repr(
   kwargs: dict,
   max_chars: int | None = VALUE_MAX_CHARS,
 ) -> str:
-  """`f(1, 'a', k=2)`, each argument cut to `max_chars`."""
+  """`f(1, 'a', k=2)`, each argument cut to `max_chars`; never raises."""
   parts = [value_repr(a, max_chars) for a in args]
-  parts += [f"{k}={value_repr(v, max_chars)}" for k, v in kwargs.items()]
+  parts += [
+    f"{_keyword(k, max_chars)}={value_repr(v, max_chars)}"
+    for k, v in kwargs.items()
+  ]
   return f"{entry_point}({', '.join(parts)})"
 
 

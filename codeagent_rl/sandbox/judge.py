@@ -8,103 +8,290 @@ Because outputs are inert plain data (exact built-in types, rebuilt by
 `wire.decode`), no object from the untrusted code can take part in a
 comparison: an "always equal" object cannot even cross the boundary.
 
-Comparison (`values_match`) is type-aware: bool is not int, tuple is not
-list, set is not frozenset, str is not bytes. Numbers compare with a
-tolerance when either side is a float (NaN equals NaN; infinities must
-match exactly). Stdout compares after removing trailing whitespace on each
-line and trailing blank lines.
+Comparison (`values_match`) follows the type of the *expected* value, at
+every level of nesting:
+
+- None, bool and str need the same type and an equal value (bool is not
+  int).
+- An int needs an int (not a bool, not a float), compared exactly. A task
+  may relax this with `metadata["judge"]["int_accepts_float"] = true`
+  (validated by `schema`): then a float that equals the int exactly also
+  passes (Python's `==`, what HumanEval's asserts do).
+- A float takes a float, or an int compared numerically, within
+  `math.isclose(rel_tol, abs_tol)` of `JudgeConfig`; an int too large for
+  a float is not close. NaN matches only NaN, an infinity only the same
+  infinity.
+- A list or tuple needs the same type and length and matches item by item.
+- A set or frozenset needs the same type and size. Elements equal in type
+  and value pair first; the rest (at most `FUZZY_PAIRS_MAX` of them) must
+  pair one to one under these rules. A dict's keys pair the same way, then
+  the values of paired keys must match.
+- Nothing else matches: a subclass of a built-in (which cannot cross the
+  sandbox boundary) is not plain data.
+
+Stdout compares after removing trailing whitespace on each line and
+trailing blank lines.
+
+The judge never raises on what untrusted code returned: reasons show
+values through `plain_repr` (cut, huge ints as `<int of ~N digits>`) and
+are cut to `REASON_MAX_CHARS`; an unexpected exception while judging fails
+the test with the reason `judge could not compare: <exception type>`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence
 import copy
 import dataclasses
 import math
 from typing import Any
 
+from codeagent_rl import plain_repr
 from codeagent_rl import status as status_lib
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import schema
 
 SUITE_NAMES = {"suite_a": "hidden_tests", "suite_b": "heldout_tests"}
+# Cap on a verdict's reason, in characters (reasons go to result files and,
+# through checkers, to observations).
+REASON_MAX_CHARS = 400
+# Cap on one value shown inside a reason, in characters.
+VALUE_MAX_CHARS = 80
+# Most set elements (or dict keys) left without an exact partner that are
+# paired under the comparison rules (a perfect matching: quadratic checks).
+FUZZY_PAIRS_MAX = 16
 
 
 @dataclasses.dataclass(frozen=True)
 class JudgeConfig:
-  """Float tolerance of the judge: `math.isclose(rel_tol, abs_tol)`."""
+  """How the judge compares numbers.
+
+  Attributes:
+    rel_tol: relative tolerance where a float is expected (`math.isclose`).
+    abs_tol: absolute tolerance where a float is expected.
+    int_accepts_float: where an int is expected, a float exactly equal to
+      it passes too. A task sets it in `metadata["judge"]`
+      (`task_config`).
+  """
 
   rel_tol: float = 1e-6
   abs_tol: float = 1e-9
+  int_accepts_float: bool = False
 
   def __post_init__(self):
     for name in ("rel_tol", "abs_tol"):
       value = getattr(self, name)
       if not (isinstance(value, int | float) and 0 <= value < 1):
         raise ValueError(f"JudgeConfig.{name}={value!r}: must be in [0, 1).")
+    if type(self.int_accepts_float) is not bool:
+      raise ValueError(
+        f"JudgeConfig.int_accepts_float={self.int_accepts_float!r}: must be"
+        " a bool."
+      )
 
 
-def _is_number(value: Any) -> bool:
-  return type(value) is int or type(value) is float
+def task_config(task: schema.Task, config: JudgeConfig) -> JudgeConfig:
+  """`config` with the task's `metadata["judge"]` options applied over it."""
+  options = task.metadata.get(schema.JUDGE_METADATA_KEY)
+  return dataclasses.replace(config, **options) if options else config
 
 
-def _canonical(value: Any) -> str:
-  """A string that identifies a plain value with its types (for sets)."""
-  return wire.dumps(wire.encode(value))
+def _show(value: Any) -> str:
+  return plain_repr.plain_repr(value, VALUE_MAX_CHARS)
+
+
+def _cut(reason: str) -> str:
+  """`reason` within `REASON_MAX_CHARS`; the middle of a long path goes."""
+  if len(reason) <= REASON_MAX_CHARS:
+    return reason
+  head = REASON_MAX_CHARS // 3
+  tail = REASON_MAX_CHARS - head - 3
+  return reason[:head] + "..." + reason[-tail:]
+
+
+def _canonical(value: Any) -> str | None:
+  """A string that identifies plain data with its types (None: not plain)."""
+  try:
+    return wire.dumps(wire.encode(value))
+  except (wire.EncodeError, RecursionError):
+    return None
+
+
+def _differ(got: Any, want: Any) -> str:
+  return f"{_show(got)} != {_show(want)}"
+
+
+def _match_int(got: Any, want: int, config: JudgeConfig) -> str | None:
+  if type(got) is int or (type(got) is float and config.int_accepts_float):
+    # Python compares int and float exactly, without converting either.
+    return None if got == want else _differ(got, want)
+  return f"type {type(got).__name__} where int was expected"
+
+
+def _match_float(got: Any, want: float, config: JudgeConfig) -> str | None:
+  if type(got) is float:
+    number = got
+  elif type(got) is int:
+    try:
+      number = float(got)
+    except OverflowError:
+      return f"{_differ(got, want)} (int too large for a float)"
+  else:
+    return f"type {type(got).__name__} where float was expected"
+  if math.isnan(number) or math.isnan(want):
+    same = math.isnan(number) and math.isnan(want)
+    return None if same else _differ(got, want)
+  # isclose is exact for infinities: inf is close only to inf.
+  if math.isclose(number, want, rel_tol=config.rel_tol, abs_tol=config.abs_tol):
+    return None
+  return f"{_differ(got, want)} (beyond tolerance)"
+
+
+def _perfect_matching(ok: list[list[bool]]) -> list[int] | int:
+  """Pairs every row of a square `ok` with its own column where it is True.
+
+  Kuhn's augmenting paths (the matrix is at most `FUZZY_PAIRS_MAX` wide).
+
+  Returns:
+    The row of each column, or the first row that could not be paired.
+  """
+  owner = [-1] * len(ok)
+
+  def augment(row: int, seen: list[bool]) -> bool:
+    for col, good in enumerate(ok[row]):
+      if good and not seen[col]:
+        seen[col] = True
+        if owner[col] < 0 or augment(owner[col], seen):
+          owner[col] = row
+          return True
+    return False
+
+  for row in range(len(ok)):
+    if not augment(row, [False] * len(ok)):
+      return row
+  return owner
+
+
+def _pair(
+  got: list, want: list, fits: Callable[[int, int], bool]
+) -> tuple[list[tuple[int, int]], str]:
+  """Pairs the elements of two equally long collections (sets, dict keys).
+
+  Elements equal in type and value pair first; the rest pair where
+  `fits(index in got, index in want)`, one to one.
+
+  Returns:
+    ((index in got, index in want) pairs, ""), or ([], why not).
+  """
+  free: dict[str, list[int]] = {}
+  for i, item in enumerate(got):
+    key = _canonical(item)
+    if key is None:
+      return [], f"{type(item).__name__} is not plain data"
+    free.setdefault(key, []).append(i)
+  pairs, want_left = [], []
+  for j, item in enumerate(want):
+    slot = free.get(_canonical(item))
+    if slot:
+      pairs.append((slot.pop(), j))
+    else:
+      want_left.append(j)
+  if not want_left:
+    return pairs, ""
+  if len(want_left) > FUZZY_PAIRS_MAX:
+    return [], f"{len(want_left)} without an equal element"
+  got_left = [i for slot in free.values() for i in slot]
+  ok = [[fits(i, j) for i in got_left] for j in want_left]
+  owner = _perfect_matching(ok)
+  if isinstance(owner, int):
+    return [], f"nothing matches {_show(want[want_left[owner]])}"
+  fuzzy = [(i, want_left[row]) for i, row in zip(got_left, owner, strict=True)]
+  return pairs + fuzzy, ""
+
+
+def _match_set(got: Any, want: Any, config: JudgeConfig) -> str | None:
+  if len(got) != len(want):
+    return f"sets differ: size {len(got)} != {len(want)}"
+  got, want = list(got), list(want)
+
+  def fits(i: int, j: int) -> bool:
+    return _match(got[i], want[j], config) is None
+
+  _, why = _pair(got, want, fits)
+  return f"sets differ: {why}" if why else None
+
+
+def _match_dict(got: dict, want: dict, config: JudgeConfig) -> str | None:
+  if len(got) != len(want):
+    return f"dict keys differ: {len(got)} keys where {len(want)} expected"
+  got_items, want_items = list(got.items()), list(want.items())
+
+  def fits(i: int, j: int) -> bool:
+    (g_key, g_value), (w_key, w_value) = got_items[i], want_items[j]
+    return (
+      _match(g_key, w_key, config) is None
+      and _match(g_value, w_value, config) is None
+    )
+
+  pairs, why = _pair([k for k, _ in got_items], list(want), fits)
+  if why:
+    return f"dict keys differ: {why}"
+  for i, j in sorted(pairs, key=lambda pair: pair[1]):
+    why = _match(got_items[i][1], want_items[j][1], config)
+    if why is not None:
+      return f"[{plain_repr.plain_repr(want_items[j][0], 40)}]: {why}"
+  return None
+
+
+def _match(got: Any, want: Any, config: JudgeConfig) -> str | None:
+  """Why `got` does not match `want` (None: it matches)."""
+  kind = type(want)
+  if kind is float:
+    return _match_float(got, want, config)
+  if kind is int:
+    return _match_int(got, want, config)
+  if type(got) is not kind:
+    return f"type {type(got).__name__} where {kind.__name__} was expected"
+  if want is None or kind is bool or kind is str:
+    return None if got == want else _differ(got, want)
+  if kind is list or kind is tuple:
+    if len(got) != len(want):
+      return f"length {len(got)} != {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+      why = _match(g, w, config)
+      if why is not None:
+        return f"[{i}]: {why}"
+    return None
+  if kind is set or kind is frozenset:
+    return _match_set(got, want, config)
+  if kind is dict:
+    return _match_dict(got, want, config)
+  return f"{kind.__name__} is not plain data"
 
 
 def values_match(
   got: Any, want: Any, config: JudgeConfig = JudgeConfig()
 ) -> tuple[bool, str]:
-  """Type-aware equality of plain data.
+  """Compares by the expected value's type (see the module docstring).
+
+  Never raises: a value it cannot compare does not match.
 
   Args:
     got: the decoded output of the sandbox.
-    want: the expected value from the task.
-    config: float tolerance.
+    want: the expected value from the task (plain data).
+    config: float tolerance and the int/float relaxation.
 
   Returns:
-    (match, why not) with an empty reason on a match.
+    (match, why not) with an empty reason on a match; the reason is at
+    most `REASON_MAX_CHARS` long.
   """
-  if _is_number(got) and _is_number(want):
-    if type(got) is int and type(want) is int:
-      return (got == want, "" if got == want else f"{got!r} != {want!r}")
-    if math.isnan(got) or math.isnan(want):
-      same = math.isnan(got) and math.isnan(want)
-      return same, "" if same else f"{got!r} != {want!r}"
-    close = math.isclose(
-      got, want, rel_tol=config.rel_tol, abs_tol=config.abs_tol
-    )
-    return close, "" if close else f"{got!r} != {want!r} (beyond tolerance)"
-  if type(got) is not type(want):
-    return False, (
-      f"type {type(got).__name__} where {type(want).__name__} was expected"
-    )
-  if got is None or type(got) in (bool, str):
-    return got == want, "" if got == want else f"{got!r:.80} != {want!r:.80}"
-  if type(got) in (list, tuple):
-    if len(got) != len(want):
-      return False, f"length {len(got)} != {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-      ok, why = values_match(g, w, config)
-      if not ok:
-        return False, f"[{i}]: {why}"
-    return True, ""
-  if type(got) in (set, frozenset):
-    same = {_canonical(v) for v in got} == {_canonical(v) for v in want}
-    return same, "" if same else "sets differ"
-  if type(got) is dict:
-    got_keys = {_canonical(k): k for k in got}
-    want_keys = {_canonical(k): k for k in want}
-    if got_keys.keys() != want_keys.keys():
-      return False, "dict keys differ"
-    for key, w_key in want_keys.items():
-      ok, why = values_match(got[got_keys[key]], want[w_key], config)
-      if not ok:
-        return False, f"[{w_key!r:.40}]: {why}"
-    return True, ""
-  return False, f"{type(got).__name__} is not plain data"
+  try:
+    why = _match(got, want, config)
+  except Exception as e:  # noqa: BLE001 - the judge decides every value
+    why = f"judge could not compare: {type(e).__name__}"
+  return (True, "") if why is None else (False, _cut(why))
 
 
 def normalize_stdout(text: str) -> str:
@@ -144,10 +331,24 @@ class Verdict:
     return {"passed": self.passed, "reason": self.reason}
 
 
-def judge_test(
+def _exception_text(error: Exception) -> str:
+  """A checker exception's message, bounded (it may embed the output)."""
+  if type(error).__str__ is BaseException.__str__:
+    # What str() would give, without formatting a huge argument in full.
+    args = error.args
+    if len(args) == 1 and type(args[0]) is str:
+      return args[0][:REASON_MAX_CHARS]
+    shown = args[0] if len(args) == 1 else args
+    return plain_repr.plain_repr(shown, REASON_MAX_CHARS) if args else ""
+  try:
+    return str(error)[:REASON_MAX_CHARS]
+  except Exception:  # noqa: BLE001 - e.g. an int past the digit limit
+    return "<message not printable>"
+
+
+def _judge(
   kind: str, test: dict, run: jobs.TestRun, config: JudgeConfig
 ) -> Verdict:
-  """Decides one test from the task's test and what the sandbox returned."""
   if run.status != "ok":
     return Verdict(False, f"{run.status}: {run.error}".rstrip(": "))
   if kind == jobs.STDIO:
@@ -160,10 +361,34 @@ def judge_test(
         test["checker"], test["args"], test.get("kwargs", {}), run.output
       )
     except Exception as e:  # a checker that raises fails the test
-      return Verdict(False, f"checker raised {type(e).__name__}: {e}")
+      why = _exception_text(e)
+      return Verdict(False, f"checker raised {type(e).__name__}: {why}")
     return Verdict(ok, "" if ok else "checker returned a non-True value")
   ok, why = values_match(run.output, test["expected"], config)
   return Verdict(ok, why)
+
+
+def judge_test(
+  kind: str, test: dict, run: jobs.TestRun, config: JudgeConfig
+) -> Verdict:
+  """Decides one test from the task's test and what the sandbox returned.
+
+  Never raises: anything unexpected while judging fails the test.
+
+  Args:
+    kind: the task's kind ("function" or "stdio").
+    test: the task's test (expected value, checker or expected stdout).
+    run: what the sandbox reported for it.
+    config: the judge's config; `task_config` applies a task's options.
+
+  Returns:
+    The verdict; its reason is at most `REASON_MAX_CHARS` long.
+  """
+  try:
+    verdict = _judge(kind, test, run, config)
+  except Exception as e:  # noqa: BLE001 - every test gets a verdict
+    return Verdict(False, f"judge could not compare: {type(e).__name__}")
+  return dataclasses.replace(verdict, reason=_cut(verdict.reason))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,13 +471,26 @@ def grade_result(
   result: jobs.JobResult,
   config: JudgeConfig = JudgeConfig(),
 ) -> Grade:
-  """Judges a `solution_job` result against the task's expected values."""
+  """Judges a `solution_job` result against the task's expected values.
+
+  Args:
+    task: the task; its `metadata["judge"]` options apply over `config`.
+    result: what the sandbox returned for `solution_job(task, ...)`.
+    config: the judge's config.
+
+  Returns:
+    The `Grade` (every test judged; judging never raises).
+
+  Raises:
+    ValueError: when `result` does not have one test run per test.
+  """
   tests = [*task.hidden_tests, *task.heldout_tests]
   if len(result.tests) != len(tests):
     raise ValueError(
       f"result has {len(result.tests)} tests, task {task.task_id!r} has"
       f" {len(tests)}."
     )
+  config = task_config(task, config)
   verdicts = [
     judge_test(task.kind, test, run, config)
     for test, run in zip(tests, result.tests, strict=True)
@@ -289,7 +527,7 @@ def grade(
     pool: anything with `run(job) -> JobResult` (a `SandboxPool`).
     task: the task (its expected values stay in this process).
     code: the solution.
-    config: float tolerance.
+    config: the judge's config (the task's options apply over it).
     timeout_s: job-level limit (None: the pool's).
 
   Returns:

@@ -16,6 +16,12 @@ out. A checker is trusted Python run on the host only; it must define
 `check(args, kwargs, output) -> bool`. A stdio test is `{"stdin": str,
 "expected_stdout": str}`. Stdio tasks have `"entry_point": null`.
 
+`metadata` is free-form, except for one optional key, `"judge"`: an
+object of options for how the judge compares this task's outputs
+(`codeagent_rl.sandbox.judge`). Its one key so far is `"int_accepts_float"`
+(a bool, default false): where an int is expected, a float exactly equal to
+it passes too (Python's `==`, what HumanEval's asserts do).
+
 Values JSON cannot express (tuples, sets, non-finite floats, dicts with
 non-string keys) use the tagged encoding of `codeagent_rl.sandbox.wire`,
 the same one sandbox results use. Reading decodes them; writing encodes them.
@@ -48,6 +54,11 @@ FIELDS = (
 )
 _FUNCTION_TEST_KEYS = {"args", "kwargs", "expected", "checker"}
 _STDIO_TEST_KEYS = {"stdin", "expected_stdout"}
+# The metadata key of the judge's options, and each option's type (the
+# names are `judge.JudgeConfig` fields; a task that leaves one out gets the
+# judge's config).
+JUDGE_METADATA_KEY = "judge"
+JUDGE_OPTIONS = {"int_accepts_float": bool}
 
 
 class TaskFormatError(ValueError):
@@ -191,6 +202,24 @@ def validate(task: Task, where: str = "task") -> None:
     json.dumps(task.metadata, allow_nan=False)
   except (TypeError, ValueError) as e:
     raise TaskFormatError(f"{where}: metadata: not plain JSON ({e}).") from None
+  if JUDGE_METADATA_KEY in task.metadata:
+    _validate_judge_options(task.metadata[JUDGE_METADATA_KEY], where)
+
+
+def _validate_judge_options(options: Any, where: str) -> None:
+  field = f"{where}: metadata.{JUDGE_METADATA_KEY}"
+  if not isinstance(options, dict):
+    raise TaskFormatError(f"{field}: must be an object.")
+  unknown = sorted(set(options) - set(JUDGE_OPTIONS))
+  if unknown:
+    raise TaskFormatError(
+      f"{field}: unknown key(s) {unknown} (known: {sorted(JUDGE_OPTIONS)})."
+    )
+  for name, kind in JUDGE_OPTIONS.items():
+    if name in options and type(options[name]) is not kind:
+      raise TaskFormatError(
+        f"{field}.{name}: must be a {kind.__name__}, got {options[name]!r:.40}."
+      )
 
 
 def task_from_json(obj: Any, where: str = "task") -> Task:

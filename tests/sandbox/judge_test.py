@@ -1,5 +1,6 @@
 """The host-side judge: type-aware comparison, stdout, checkers, grading."""
 
+import dataclasses
 import math
 
 import pytest
@@ -18,11 +19,20 @@ TOL = judge.JudgeConfig(rel_tol=1e-6, abs_tol=1e-9)
   "got,want",
   [
     (1, 1),
-    (1.0, 1),
-    (1, 1.0),
+    (1, 1.0),  # an int where a float is expected compares numerically
+    (10**20, 1e20),
+    (-(2**60), -1.152921504606847e18),
     (0.1 + 0.2, 0.3),
+    (-0.0, 0.0),
     (math.nan, math.nan),
     (math.inf, math.inf),
+    (-math.inf, -math.inf),
+    ([(1, 2.5000000001)], [(1, 2.5)]),
+    ({0.1 + 0.2, 1}, {0.3, 1}),  # float tolerance inside sets too
+    ({-0.0}, {0.0}),
+    ({math.nan, 2.0}, {math.nan, 2.0}),
+    ({0.1 + 0.2: "a"}, {0.3: "a"}),
+    ({1: 2.0000000001, "k": [3]}, {"k": [3], 1: 2.0}),
     ([1, (2, {3})], [1, (2, {3})]),
     ({"a": [1.0000000001]}, {"a": [1.0]}),
     ({(1, 2): None}, {(1, 2): None}),
@@ -48,7 +58,28 @@ def test_values_match(got, want):
     ({1.0}, {1}, "sets differ"),
     (1.001, 1.0, "beyond tolerance"),
     (math.inf, -math.inf, "beyond tolerance"),
+    (1e308, math.inf, "beyond tolerance"),
+    (math.inf, 1e308, "beyond tolerance"),
     (math.nan, 0.0, "nan"),
+    (0.0, math.nan, "nan"),
+    (math.inf, math.nan, "inf != nan"),
+    (1, math.nan, "1 != nan"),
+    # An int expected needs an int: floats fail however close they are.
+    (1.0, 1, "type float where int was expected"),
+    (5050.0, 5050, "type float where int was expected"),
+    (5000.0, 5050, "type float where int was expected"),
+    (True, 1.0, "type bool where float was expected"),
+    ([1, 2.0], [1, 2], "[1]: type float where int was expected"),
+    ((3.0,), (3,), "[0]: type float where int was expected"),
+    ({"a": 2.0}, {"a": 2}, "['a']: type float where int was expected"),
+    ({1.0: "a"}, {1: "a"}, "dict keys differ"),
+    ({0.5: 1}, {0.5: 2}, "[0.5]: 1 != 2"),
+    ({1.5, 2.5}, {1.5, 2.75}, "sets differ: nothing matches 2.75"),
+    ({1, 2}, {1, 2, 3}, "sets differ: size 2 != 3"),
+    # Too large for a float: not close, and no OverflowError.
+    (10**400, 1.5, "(int too large for a float)"),
+    (-(10**400), -math.inf, "(int too large for a float)"),
+    pytest.param(10**5000, 7, "<int of ~5001 digits> != 7", id="int5001"),
     ("1", 1, "type str where int"),
     ([1, 2], [1, 2, 3], "length 2 != 3"),
     ([1, [2, 3]], [1, [2, 4]], "[1]: [1]: 3 != 4"),
@@ -63,12 +94,79 @@ def test_values_differ(got, want, why):
   assert why in reason
 
 
+def test_tri_with_true_division_fails():
+  # n * n / 2 is off by n / 2, far inside 1e-6 relative tolerance for a
+  # large n; `//` vs `/` is exactly what an int expected must catch.
+  n = 10**9
+  want = n * (n + 1) // 2
+  assert math.isclose(n * (n + 1) / 2 + n / 2 - n / 2, want, rel_tol=1e-6)
+  assert not judge.values_match(n * n / 2, want, TOL)[0]
+  assert not judge.values_match(n * (n + 1) / 2, want, TOL)[0]
+  assert judge.values_match(want, want, TOL)[0]
+
+
+RELAXED = judge.JudgeConfig(int_accepts_float=True)
+
+
+@pytest.mark.parametrize(
+  "got,want",
+  [
+    (3.0, 3),
+    (-0.0, 0),
+    (float(2**60), 2**60),
+    ([1.0, 2], [1, 2]),
+    ({"a": (4.0,)}, {"a": (4,)}),
+    ({1.0, 2}, {1, 2}),
+    ({1.0: "a"}, {1: "a"}),
+    (2.5, 2.5),
+  ],
+)
+def test_int_accepts_float_matches_exactly_equal_floats(got, want):
+  assert judge.values_match(got, want, RELAXED) == (True, "")
+
+
+@pytest.mark.parametrize(
+  "got,want,why",
+  [
+    (3.5, 3, "3.5 != 3"),
+    (3.0000000001, 3, "3.0000000001 != 3"),  # exact, no tolerance
+    (float(2**53), 2**53 + 1, "!="),
+    (math.inf, 10**400, "inf != 100000"),
+    (math.nan, 1, "nan != 1"),
+    (True, 1, "type bool where int was expected"),
+    ("3", 3, "type str where int was expected"),
+  ],
+)
+def test_int_accepts_float_is_exact(got, want, why):
+  ok, reason = judge.values_match(got, want, RELAXED)
+  assert not ok
+  assert why in reason
+
+
 def test_tolerance_is_configurable():
   loose = judge.JudgeConfig(rel_tol=1e-2, abs_tol=0.0)
   assert judge.values_match(1.001, 1.0, loose)[0]
   assert not judge.values_match(1.001, 1.0, TOL)[0]
   with pytest.raises(ValueError, match="JudgeConfig.rel_tol=-1"):
     judge.JudgeConfig(rel_tol=-1)
+  with pytest.raises(ValueError, match="int_accepts_float=1: must be a bool"):
+    judge.JudgeConfig(int_accepts_float=1)
+
+
+def test_judge_options_are_config_fields():
+  fields = {f.name: f.type for f in dataclasses.fields(judge.JudgeConfig)}
+  for name, kind in schema.JUDGE_OPTIONS.items():
+    assert fields[name] == kind.__name__
+
+
+def test_task_config_applies_the_tasks_options():
+  task = _task(metadata={"judge": {"int_accepts_float": True}})
+  assert judge.task_config(task, TOL) == judge.JudgeConfig(
+    rel_tol=1e-6, abs_tol=1e-9, int_accepts_float=True
+  )
+  assert judge.task_config(_task(), RELAXED) is RELAXED
+  off = _task(metadata={"judge": {"int_accepts_float": False}})
+  assert not judge.task_config(off, RELAXED).int_accepts_float
 
 
 def test_objects_from_untrusted_code_never_compare():
@@ -117,6 +215,7 @@ def _task(kind="function", **changes):
       hidden_tests=({"stdin": "1 2\n", "expected_stdout": "3\n"},),
       heldout_tests=({"stdin": "5 5\n", "expected_stdout": "10\n"},),
     )
+  fields = dict(metadata={}, **fields)
   fields.update(changes)
   return schema.Task(
     task_id="t",
@@ -124,7 +223,6 @@ def _task(kind="function", **changes):
     kind=kind,
     visible_tests=(),
     reference_solution="",
-    metadata={},
     **fields,
   )
 
@@ -182,6 +280,57 @@ def test_grade_stdio_task():
   grade = judge.grade_result(task, _result(runs), TOL)
   assert (grade.suite_a.passed, grade.suite_b.passed) == (1, 0)
   assert grade.suite_b.verdicts[0].reason == "stdout differs"
+
+
+def test_grade_applies_the_tasks_int_accepts_float():
+  runs = [
+    jobs.TestRun("ok", output=5.0),
+    jobs.TestRun("ok", output=3),  # an int where 3.0 is expected
+    jobs.TestRun("ok", output=15.0),  # the checker sees the float itself
+    jobs.TestRun("ok", output=0.0),
+  ]
+  strict = judge.grade_result(_task(), _result(runs), TOL)
+  assert [v.passed for v in strict.suite_a.verdicts] == [False, True, True]
+  assert strict.suite_a.verdicts[0].reason == (
+    "type float where int was expected"
+  )
+  assert not strict.suite_b.verdicts[0].passed
+  relaxed = judge.grade_result(
+    _task(metadata={"judge": {"int_accepts_float": True}}), _result(runs), TOL
+  )
+  assert (relaxed.suite_a.passed, relaxed.suite_b.passed) == (3, 1)
+  runs[0] = jobs.TestRun("ok", output=5.5)
+  relaxed = judge.grade_result(
+    _task(metadata={"judge": {"int_accepts_float": True}}), _result(runs), TOL
+  )
+  assert relaxed.suite_a.verdicts[0].reason == "5.5 != 5"
+
+
+def test_checker_exception_reasons_are_bounded():
+  raises = (
+    "def check(args, kwargs, output):\n  raise AssertionError(output)\n",
+    "def check(args, kwargs, output):\n"
+    "  raise AssertionError(f'got {output!r}' if output < 10**4000 else 1)\n",
+    "def check(args, kwargs, output):\n  raise KeyError(output)\n",
+    "def check(args, kwargs, output):\n  raise ValueError(output, output)\n",
+    "def check(args, kwargs, output):\n  raise ValueError('x' * 10**6)\n",
+  )
+  task = _task(
+    hidden_tests=tuple({"args": [1], "checker": c} for c in raises),
+    heldout_tests=(),
+  )
+  runs = [jobs.TestRun("ok", output=10**5000)] * len(raises)
+  verdicts = judge.grade_result(task, _result(runs), TOL).suite_a.verdicts
+  reasons = [v.reason for v in verdicts]
+  assert not any(v.passed for v in verdicts)
+  assert all(len(r) <= judge.REASON_MAX_CHARS for r in reasons), reasons
+  assert reasons[0] == "checker raised AssertionError: <int of ~5001 digits>"
+  assert reasons[1] == "checker raised AssertionError: 1"
+  assert reasons[2] == "checker raised KeyError: <message not printable>"
+  assert reasons[3] == (
+    "checker raised ValueError: (<int of ~5001 digits>, <int of ~5001 digits>)"
+  )
+  assert reasons[4].startswith("checker raised ValueError: xxx")
 
 
 def test_grade_rejects_mismatched_result():

@@ -129,6 +129,22 @@ def _raw(task: schema.Task) -> dict:
       lambda t: t["visible_tests"][0].update(expected={"$bogus": 1}),
       "visible_tests[0]: object with keys ['$bogus'] is not a tag",
     ),
+    (
+      lambda t: t.update(metadata={"judge": True}),
+      "task 'add': metadata.judge: must be an object",
+    ),
+    (
+      lambda t: t.update(metadata={"judge": {"int_accepts_floats": True}}),
+      "metadata.judge: unknown key(s) ['int_accepts_floats']",
+    ),
+    (
+      lambda t: t.update(metadata={"judge": {"int_accepts_float": 1}}),
+      "metadata.judge.int_accepts_float: must be a bool, got 1",
+    ),
+    (
+      lambda t: t.update(metadata={"judge": {"int_accepts_float": "yes"}}),
+      "metadata.judge.int_accepts_float: must be a bool, got 'yes'",
+    ),
   ],
 )
 def test_errors_name_file_line_and_field(tmp_path, mutate, fragment):
@@ -199,6 +215,18 @@ def test_values_json_cannot_carry_are_refused():
     _task(hidden_tests=({"args": [1], "expected": Custom()},))
   with pytest.raises(schema.TaskFormatError, match=r"metadata: not plain JSON"):
     _task(metadata={"x": math.nan})
+
+
+def test_judge_options_round_trip(tmp_path):
+  path = tmp_path / "t.jsonl"
+  for options in (
+    {},
+    {"int_accepts_float": True},
+    {"int_accepts_float": False},
+  ):
+    task = _task(metadata={"source": "x", "judge": options})
+    schema.write_tasks(path, [task])
+    assert schema.read_tasks(path) == [task]
 
 
 def test_task_is_frozen():
