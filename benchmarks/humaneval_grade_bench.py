@@ -13,11 +13,15 @@ Steps, each a subprocess running the public command lines:
   import       python -m codeagent_rl.tasks.humaneval --out=tasks.jsonl
   import_again the same into a second file (--determinism): the two files
                must be byte-identical
-  canonical    python -m codeagent_rl.grade on one sample per task, the
-               prompt plus the canonical solution: every task must pass
-               suites A and B
-  none         the same with the body `return None`: no task may pass
-               suite A
+  canonical    python -m codeagent_rl.grade --anticheat=none on one sample
+               per task, the prompt plus the canonical solution: every task
+               must be solved on suites A and B
+  none         the same with the body `return None`: no task may be solved
+               on suite A
+
+Grading runs without the anti-cheat: the checks are about the imported tests
+and the judge, not stage 1. "Solved" is `codeagent_rl.solved`'s definition,
+the one the grading summary uses.
 
 Wall times are per step (including interpreter and sandbox start-up);
 "grade s" is the grading CLI's own `elapsed_s`. A failed check fails the
@@ -39,6 +43,7 @@ import time
 from absl import app
 from absl import flags
 
+from codeagent_rl import solved
 from codeagent_rl.tasks import humaneval
 
 _BACKEND = flags.DEFINE_enum(
@@ -83,8 +88,24 @@ def _write_samples(path: pathlib.Path, problems: list, body: str | None):
       f.write(json.dumps({"task_id": p["task_id"], "completion": code}) + "\n")
 
 
-def _all_passed(score: dict) -> bool:
-  return score["passed"] == score["total"]
+def _solved_a(line: dict) -> bool:
+  return solved.suite_a(
+    passed=line["suite_a"]["passed"],
+    total=line["suite_a"]["total"],
+    executed=line["executed"],
+    rejected=line["stage1_rejected"],
+  )
+
+
+def _solved_ab(line: dict) -> bool:
+  return solved.suites_a_and_b(
+    a_passed=line["suite_a"]["passed"],
+    a_total=line["suite_a"]["total"],
+    b_passed=line["suite_b"]["passed"],
+    b_total=line["suite_b"]["total"],
+    executed=line["executed"],
+    rejected=line["stage1_rejected"],
+  )
 
 
 def _grade(work: pathlib.Path, name: str, tasks: pathlib.Path) -> dict:
@@ -97,12 +118,13 @@ def _grade(work: pathlib.Path, name: str, tasks: pathlib.Path) -> dict:
       f"--samples={work / f'samples_{name}.jsonl'}",
       f"--out={out}",
       f"--backend={_BACKEND.value}",
+      "--anticheat=none",
     ]
   )
   summary = json.loads(stdout.strip().splitlines()[-1])
   lines = [json.loads(line) for line in out.read_text().splitlines()]
-  passed_a = [r for r in lines if _all_passed(r["suite_a"])]
-  passed_ab = [r for r in passed_a if _all_passed(r["suite_b"])]
+  passed_a = [r for r in lines if _solved_a(r)]
+  passed_ab = [r for r in lines if _solved_ab(r)]
   return {
     "wall_s": round(wall, 2),
     "grade_elapsed_s": summary["elapsed_s"],

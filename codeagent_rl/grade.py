@@ -1,37 +1,51 @@
 r"""Offline grading: samples JSONL -> results JSONL, and pass@k.
 
   python -m codeagent_rl.grade --tasks=TASKS.jsonl --samples=SAMPLES.jsonl \
-      --out=RESULTS.jsonl [--backend=gvisor|process] [--config=configs/tiny.py]
+      --out=RESULTS.jsonl [--backend=gvisor|process] \
+      [--config=configs/tiny.py | --anticheat=none]
 
 A sample line is `{"task_id": ..., "completion": "<python source>"}`,
 optionally with `"trajectory": [actions]` (each the action text, or a
-`["run" | "submit", code]` pair; the anti-cheat reads them); other keys are
-ignored. Blank lines are skipped; `sample_index` is a
-sample's 0-based position among the non-blank lines. Each completion runs on
-its task's suites A and B in the sandbox (inputs only; the expected values
-stay here) and is judged here. One result line per sample, in sample order,
-written and flushed as soon as it and every sample before it are graded:
+`["run" | "submit", code]` pair) and `"observations": [str | null, ...]`
+(what the agent saw after each action: one per trajectory action, null where
+there was none; without them every repeated run counts as failing). The
+anti-cheat reads both; other keys are ignored. Blank lines are skipped;
+`sample_index` is a sample's 0-based position among the non-blank lines.
+Each completion runs on its task's suites A and B in the sandbox (inputs
+only; the expected values stay here) and is judged here. One result line
+per sample, in sample order, written and flushed as soon as it and every
+sample before it are graded:
 
   {"task_id": "add", "sample_index": 0, "status": "ok", "executed": true,
    "suite_a": {"passed": 7, "total": 7}, "suite_b": {"passed": 20,
-   "total": 20}, "flags": [], "stage1_score": 0.01, "stage2_ok": true,
-   "reward": 1.0, "reason": "", "duration_s": 0.01}
+   "total": 20}, "flags": [], "stage1_score": 0.01, "stage1_rejected":
+   false, "stage2_ok": true, "reward": 1.0, "reason": "", "duration_s": 0.01}
 
-With `--config` (an experiment config with an `anticheat` section, see
-configs/common.py get_anticheat_config), the anti-cheat runs on every
-sample: `flags` names the raised stage-1 rule flags, `stage1_score` is the
-classifier's probability of cheating, `stage2_ok` the suite-B gate, and
-`reward` is the final `types.Rewards.total` after both stages. Code that
-stage 1 rejects is not executed when the config says so (status
-"not_executed", the reason says why). Without `--config` there is no
-anti-cheat: `flags` is empty, `stage1_score` 0, `stage2_ok` true and
-`reward` the suite A pass fraction. Progress goes to
-stderr. The last line of stdout is the summary, one JSON object: pass@1,
-and pass@5 / pass@10 where every graded task has at least that many samples
-(the unbiased estimator 1 - C(n-c, k) / C(n, k), averaged over tasks), for
-suite A ("solved": every test of suite A passed) and for suites A and B
-(an empty suite B counts as passed). Problems with the inputs stop the run
-before any grading with a message that names the file and line.
+The anti-cheat and the reward are the trainer's. By default
+(`--anticheat=default`) the `anticheat` section is `--config`'s (an
+experiment config, e.g. configs/tiny.py) or, without `--config`, the one
+configs/common.py get_anticheat_config() defines (the trainer's
+default); then `flags` names the raised stage-1 rule flags,
+`stage1_score` is the classifier's probability of cheating,
+`stage1_rejected` whether stage 1 rejected the sample (a rule it enforces,
+or the score), `stage2_ok` the suite-B gate, and `reward` the final
+`types.Rewards.total` after both stages. Code that stage 1 rejects is not
+executed when the section says so (status "not_executed", the reason says
+why). `--anticheat=none` turns the anti-cheat off: `flags` is empty,
+`stage1_score` 0, `stage1_rejected` false, `stage2_ok` true and `reward` the
+raw suite-A pass fraction; `--config` with `--anticheat=none` is a usage
+error. Progress goes to stderr.
+
+The last line of stdout is the summary, one JSON object: `anticheat` (where
+the section came from: "configs/common.py", the `--config` file, or "none"),
+pass@1, and pass@5 / pass@10 where every graded task has at least that many
+samples (the unbiased estimator 1 - C(n-c, k) / C(n, k), averaged over
+tasks), for suite A and for suites A and B, counting the samples that are
+solved as `codeagent_rl.solved` defines it (the trainer's definition): it
+ran, stage 1 did not reject it, and it passed every test of a non-empty
+suite A (and of suite B; an empty suite B counts as passed). Problems with
+the inputs stop the run before any grading with a message that names the
+file and line.
 
 The sandbox is set by the `--sandbox_*` flags of `sandbox/harness.py`;
 `--backend` is a short form of `--sandbox_backend`.
@@ -57,10 +71,12 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
+from codeagent_rl import solved
 from codeagent_rl import types
 from codeagent_rl.anticheat import config as anticheat_config
 from codeagent_rl.anticheat import features
 from codeagent_rl.anticheat import pipeline
+from codeagent_rl.anticheat import stage1
 from codeagent_rl.envs import code_env
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
@@ -84,8 +100,22 @@ _CONFIG = config_flags.DEFINE_config_file(
   "config",
   None,
   "Experiment config whose `anticheat` section runs stage 1 and stage 2 on"
-  " every sample (default: no anti-cheat).",
+  " every sample (default: configs/common.py get_anticheat_config()).",
 )
+# "default": the anti-cheat section of --config, or of configs/common.py.
+ANTICHEAT_DEFAULT = "default"
+# "none": no anti-cheat; the reward is the raw suite-A pass fraction.
+ANTICHEAT_NONE = "none"
+_ANTICHEAT = flags.DEFINE_enum(
+  "anticheat",
+  ANTICHEAT_DEFAULT,
+  (ANTICHEAT_DEFAULT, ANTICHEAT_NONE),
+  "default: the trainer's anti-cheat and reward (the `anticheat` section of"
+  " --config, or of configs/common.py); none: no anti-cheat, the reward is"
+  " the suite-A pass fraction (not with --config).",
+)
+# The summary's `anticheat` without --config: where the section comes from.
+COMMON_SOURCE = "configs/common.py"
 _PROGRESS_EVERY_S = flags.DEFINE_float(
   "progress_every_s", 10.0, "Seconds between progress lines on stderr."
 )
@@ -108,6 +138,8 @@ class Sample:
     task_id: the task it answers.
     completion: Python source.
     trajectory: the actions that led to it, if given.
+    observations: per trajectory action, what the agent saw after it (None
+      where nothing), if given.
   """
 
   index: int
@@ -115,6 +147,7 @@ class Sample:
   task_id: str
   completion: str
   trajectory: tuple | None = None
+  observations: tuple[str | None, ...] | None = None
 
 
 def read_samples(
@@ -166,6 +199,7 @@ def read_samples(
           features.normalise_action(action)
         except ValueError as e:
           raise SampleFormatError(f"{where}: trajectory[{i}]: {e}") from None
+      observations = _observations(obj, len(trajectory or ()), where)
       samples.append(
         Sample(
           index=len(samples),
@@ -173,9 +207,35 @@ def read_samples(
           task_id=task_id,
           completion=completion,
           trajectory=None if trajectory is None else tuple(trajectory),
+          observations=observations,
         )
       )
   return samples
+
+
+def _observations(
+  obj: dict, num_actions: int, where: str
+) -> tuple[str | None, ...] | None:
+  """A sample's validated `observations`, or None when it has none."""
+  observations = obj.get("observations")
+  if observations is None:
+    return None
+  if not isinstance(observations, list):
+    raise SampleFormatError(
+      f"{where}: observations: must be a list of strings or nulls."
+    )
+  if len(observations) != num_actions:
+    raise SampleFormatError(
+      f"{where}: observations: {len(observations)} items but the trajectory"
+      f" has {num_actions} actions; give one (a string, or null) per action."
+    )
+  for i, item in enumerate(observations):
+    if item is not None and not isinstance(item, str):
+      raise SampleFormatError(
+        f"{where}: observations[{i}]: must be a string or null, not"
+        f" {type(item).__name__}."
+      )
+  return tuple(observations)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -197,27 +257,45 @@ def pass_at_k(n: int, c: int, k: int) -> float:
   return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def _suite_passed(score: dict) -> bool:
-  return score["passed"] == score["total"]
+def solved_a(line: dict) -> bool:
+  """Whether a result line's sample is solved on suite A (`solved`)."""
+  return solved.suite_a(
+    passed=line["suite_a"]["passed"],
+    total=line["suite_a"]["total"],
+    executed=line["executed"],
+    rejected=line["stage1_rejected"],
+  )
+
+
+def solved_ab(line: dict) -> bool:
+  """Whether a result line's sample is solved on suites A and B (`solved`)."""
+  return solved.suites_a_and_b(
+    a_passed=line["suite_a"]["passed"],
+    a_total=line["suite_a"]["total"],
+    b_passed=line["suite_b"]["passed"],
+    b_total=line["suite_b"]["total"],
+    executed=line["executed"],
+    rejected=line["stage1_rejected"],
+  )
 
 
 def summarize(results: Iterable[dict], ks: Sequence[int] = PASS_AT_K) -> dict:
   """The summary of result lines (see the module docstring).
 
   Args:
-    results: result lines (`task_id`, `status`, `suite_a`, `suite_b`,
-      `reward`).
+    results: result lines (`task_id`, `status`, `executed`, `suite_a`,
+      `suite_b`, `stage1_rejected`, `reward`).
     ks: candidate k of pass@k.
 
   Returns:
-    A JSON-safe dict.
+    A JSON-safe dict; a sample counts as correct when it is solved
+    (`solved_a`, `solved_ab`).
   """
   per_task: dict[str, list[tuple[bool, bool]]] = {}
   statuses: collections.Counter = collections.Counter()
   rewards = []
   for r in results:
-    a = _suite_passed(r["suite_a"])
-    ab = a and _suite_passed(r["suite_b"])
+    a, ab = solved_a(r), solved_ab(r)
     per_task.setdefault(r["task_id"], []).append((a, ab))
     statuses[r["status"]] += 1
     rewards.append(r["reward"])
@@ -254,6 +332,7 @@ def result_line(
   sample: Sample,
   outcome: code_env.Outcome,
   rewards: types.Rewards | None = None,
+  rejected: bool = False,
 ) -> dict:
   """The result line of a graded sample.
 
@@ -262,6 +341,7 @@ def result_line(
     outcome: what the judge made of it.
     rewards: its [1] rewards after the anti-cheat, or None (no anti-cheat:
       `code_env.rewards([outcome])`).
+    rejected: whether anti-cheat stage 1 rejected it.
   """
   grade = outcome.grade
   if rewards is None:
@@ -282,6 +362,7 @@ def result_line(
     },
     "flags": [features.FLAG_NAMES[i] for i in np.flatnonzero(flag_row)],
     "stage1_score": _short(np.asarray(rewards.stage1_score)[0]),
+    "stage1_rejected": bool(rejected),
     "stage2_ok": bool(np.asarray(rewards.stage2_ok)[0]),
     "reward": _short(np.asarray(rewards.total)[0]),
     "reason": grade.result.reason if grade else outcome.reason,
@@ -348,13 +429,18 @@ def grade_samples(
       grade = judge.grade_result(task, result, judge_config)
       outcome = code_env.Outcome.from_grade(grade)
     fill()
-    rewards = None
+    rewards, rejected = None, False
     if anticheat is not None:
       vector = _features(task, sample, outcome.grade and outcome.grade.result)
       rewards = anticheat.apply(
         pipeline.rewards_from_outcomes([outcome]), vector[None]
       )
-    line = result_line(sample, outcome, rewards)
+      rejected = bool(
+        stage1.rejected(
+          rewards.stage1_flags, rewards.stage1_score, anticheat.config
+        )[0]
+      )
+    line = result_line(sample, outcome, rewards, rejected)
     out.write(json.dumps(line) + "\n")
     out.flush()
     lines.append(line)
@@ -363,19 +449,30 @@ def grade_samples(
   return lines
 
 
-def _actions(sample: Sample) -> list:
-  """The sample's trajectory, ending with its completion as the submit."""
+def _trajectory(sample: Sample) -> tuple[list, list | None]:
+  """(actions, observations) ending with the completion as the submit.
+
+  The observations are None when the sample gives none; an appended submit
+  gets a None observation (a submit shows the agent nothing).
+  """
   actions = list(sample.trajectory or ())
+  observations = None
+  if sample.observations is not None:
+    observations = list(sample.observations)
   if not actions or features.normalise_action(actions[-1])[0] != "submit":
     actions.append(("submit", sample.completion))
-  return actions
+    if observations is not None:
+      observations.append(None)
+  return actions, observations
 
 
 def _features(task: schema.Task, sample: Sample, result) -> np.ndarray:
+  """The sample's stage-1 features (`result`: its sandbox result, or None)."""
+  actions, observations = _trajectory(sample)
   return features.extract(
     sample.completion,
-    _actions(sample),
-    None,
+    actions,
+    observations,
     entry_point=task.entry_point if task.kind == jobs.FUNCTION else None,
     visible_tests=task.visible_tests,
     result=result,
@@ -429,27 +526,68 @@ def _sandbox_config() -> config_lib.SandboxConfig:
     sys.exit(str(e))
 
 
-def _anticheat() -> pipeline.AntiCheat | None:
-  """The anti-cheat of `--config`'s `anticheat` section, or None."""
+def _check_anticheat_flags() -> None:
+  """Rejects --config together with --anticheat=none."""
+  if _CONFIG.value is not None and _ANTICHEAT.value == ANTICHEAT_NONE:
+    raise app.UsageError(
+      "--config and --anticheat=none contradict each other: --config's"
+      " `anticheat` section turns the anti-cheat on. Drop --config to grade"
+      " without anti-cheat, or drop --anticheat=none."
+    )
+
+
+def _common_section() -> Any:
+  """The `anticheat` section of configs/common.py (the trainer's default)."""
+  # Imported here: configs/ is importable from the repository root only (as
+  # for --config), and --anticheat=none must work from anywhere.
+  try:
+    from configs import common
+  except ModuleNotFoundError as e:
+    if e.name not in ("configs", "configs.common"):
+      raise
+    sys.exit(
+      "--anticheat=default: the default anti-cheat section is"
+      f" {COMMON_SOURCE} get_anticheat_config(), which is importable from"
+      " the repository root only: run grade there (as with --config), or"
+      " pass --anticheat=none to grade without anti-cheat."
+    )
+  return common.get_anticheat_config()
+
+
+def _anticheat() -> tuple[pipeline.AntiCheat | None, str]:
+  """The anti-cheat the flags ask for and where its section came from.
+
+  Returns:
+    (anti-cheat, source): `--config`'s `anticheat` section and that file,
+    configs/common.py's section and `COMMON_SOURCE`, or (None, "none") for
+    `--anticheat=none`.
+  """
+  if _ANTICHEAT.value == ANTICHEAT_NONE:
+    return None, ANTICHEAT_NONE
   config = _CONFIG.value
   if config is None:
-    return None
-  if "anticheat" not in config:
+    section, source = _common_section(), COMMON_SOURCE
+  elif "anticheat" not in config:
     sys.exit(
       "--config: the config has no `anticheat` section; add one built by"
       " configs/common.py get_anticheat_config(), or drop --config."
     )
+  else:
+    section = config.anticheat
+    source = config_flags.get_config_filename(flags.FLAGS["config"])
   try:
-    section = anticheat_config.AntiCheatConfig.from_config(config.anticheat)
-    return pipeline.AntiCheat.from_config(section)
+    validated = anticheat_config.AntiCheatConfig.from_config(section)
+    return pipeline.AntiCheat.from_config(validated), source
   except (OSError, ValueError) as e:
-    sys.exit(f"--config: {e}")
+    where = "--config" if config is not None else COMMON_SOURCE
+    sys.exit(f"{where}: {e}")
 
 
 def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.grade`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  _check_anticheat_flags()
   # Rewards are tiny arrays; never claim an accelerator for them.
   jax.config.update("jax_platforms", "cpu")
   config = _sandbox_config()
@@ -461,10 +599,11 @@ def main(argv: list[str]) -> None:
     samples = read_samples(_SAMPLES.value, tasks)
   except (OSError, SampleFormatError) as e:
     sys.exit(f"--samples: {e}")
-  anticheat = _anticheat()
+  anticheat, anticheat_source = _anticheat()
   print(
     f"grade: {len(samples)} samples of {len({s.task_id for s in samples})}"
-    f" tasks, backend {config.backend}, {config.pool_size} workers",
+    f" tasks, backend {config.backend}, {config.pool_size} workers,"
+    f" anti-cheat {anticheat_source}",
     file=sys.stderr,
     flush=True,
   )
@@ -488,6 +627,7 @@ def main(argv: list[str]) -> None:
       anticheat=anticheat,
     )
   summary = summarize(lines)
+  summary["anticheat"] = anticheat_source
   summary["elapsed_s"] = round(time.monotonic() - start, 3)
   summary["out"] = _OUT.value
   for name in ("suite_a", "suite_a_and_b"):

@@ -8,12 +8,17 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from codeagent_rl import grade
+from codeagent_rl.anticheat import config as anticheat_config
+from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import pipeline
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.tasks import schema
+from configs import common
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 FAST_LIMITS = ("--sandbox_timeout_s=1.5", "--sandbox_test_timeout_s=0.3")
@@ -30,6 +35,19 @@ SAMPLES = {
   "syntax": "def add(a, b)\n  return a + b\n",
   "loops": "def add(a, b):\n  while True:\n    pass\n",
 }
+# Hard-codes the visible test and is right on small numbers: suite A 3/5.
+HARDCODED = (
+  "def add(a, b):\n  if (a, b) == (1, 2):\n    return 3\n"
+  "  return a + b if a < 3 else 0\n"
+)
+# Hard-codes the visible test and is right everywhere: passes suites A and B.
+HARDCODED_RIGHT = (
+  "def add(a, b):\n  if (a, b) == (1, 2):\n    return 3\n  return a + b\n"
+)
+# A constant return that half of first_even's suite A expects.
+RETURN_NONE = "def first_even(xs):\n  return None\n"
+# What a <run> of CORRECT on add's one visible test shows the agent.
+RUN_PASSED = "tests: 1/1 passed\ntest 1: pass\n"
 
 
 def _add_task(task_id: str = "add", heldout: int = 4) -> schema.Task:
@@ -44,6 +62,25 @@ def _add_task(task_id: str = "add", heldout: int = 4) -> schema.Task:
       {"args": [10 + a, -a], "expected": 10} for a in range(heldout)
     ),
     reference_solution=CORRECT,
+    metadata={},
+  )
+
+
+def _first_even_task() -> schema.Task:
+  """A task where `return None` passes half of suite A (and of suite B)."""
+  cases = ([1, 3], None), ([2, 5], 2), ([7], None), ([9, 4], 4)
+  return schema.Task(
+    task_id="first_even",
+    prompt="The first even number of a list, or None.",
+    entry_point="first_even",
+    kind="function",
+    visible_tests=({"args": [[1, 2]], "expected": 2},),
+    hidden_tests=tuple({"args": [xs], "expected": y} for xs, y in cases[:2]),
+    heldout_tests=tuple({"args": [xs], "expected": y} for xs, y in cases[2:]),
+    reference_solution=(
+      "def first_even(xs):\n  return next((x for x in xs if x % 2 == 0),"
+      " None)\n"
+    ),
     metadata={},
   )
 
@@ -106,13 +143,16 @@ def test_pass_at_k_rejects(n, c, k):
     grade.pass_at_k(n, c, k)
 
 
-def _line(task_id, a, b, total=2):
+def _line(task_id, a, b, total=2, **fields):
   return {
     "task_id": task_id,
     "status": "ok",
+    "executed": True,
     "suite_a": {"passed": a, "total": total},
     "suite_b": {"passed": b, "total": total},
-    "reward": a / total,
+    "stage1_rejected": False,
+    "reward": a / total if total else 0.0,
+    **fields,
   }
 
 
@@ -137,9 +177,36 @@ def test_summarize_hand_case():
 
 
 def test_summarize_empty_suite_b_counts_as_passed():
-  lines = [_line("z", 2, 0, total=2) | {"suite_b": {"passed": 0, "total": 0}}]
+  no_b = {"suite_b": {"passed": 0, "total": 0}}
+  lines = [_line("z", 2, 0, total=2) | no_b]
   assert grade.summarize(lines)["suite_a_and_b"] == {"pass@1": 1.0}
+  # Only for a sample solved on suite A.
+  lines = [_line("z", 1, 0, total=2) | no_b]
+  assert grade.summarize(lines)["suite_a_and_b"] == {"pass@1": 0.0}
+  lines = [_line("z", 2, 0, total=2, stage1_rejected=True) | no_b]
+  assert grade.summarize(lines)["suite_a_and_b"] == {"pass@1": 0.0}
   assert grade.summarize([])["suite_a"] == {}
+
+
+def test_summarize_never_counts_unrun_or_rejected_samples_as_solved():
+  not_executed = _line(
+    "t", 0, 0, total=0, status="not_executed", executed=False
+  )
+  # All of suites A and B passed, but stage 1 rejected it afterwards.
+  rejected = _line("t", 2, 2, stage1_rejected=True, reward=0.0)
+  sandbox_error = _line(
+    "t", 0, 0, total=0, status="sandbox_error", executed=False
+  )
+  for line in (not_executed, rejected, sandbox_error):
+    summary = grade.summarize([line])
+    assert summary["suite_a"] == {"pass@1": 0.0}, line
+    assert summary["suite_a_and_b"] == {"pass@1": 0.0}, line
+  # An executed sample of a task whose suite A is empty solves nothing.
+  empty = _line("t", 0, 0, total=0)
+  assert grade.summarize([empty])["suite_a"] == {"pass@1": 0.0}
+  # The same lines, accepted: solved.
+  summary = grade.summarize([_line("t", 2, 2)])
+  assert summary["suite_a"] == summary["suite_a_and_b"] == {"pass@1": 1.0}
 
 
 # --- Reading samples ----------------------------------------------------------
@@ -159,6 +226,69 @@ def test_read_samples(tmp_path):
   assert [(s.index, s.line) for s in samples] == [(0, 1), (1, 3)]
   assert samples[1].trajectory == ("<run>y</run>",)
   assert samples[0].completion == "x = 1\n"
+
+
+def test_read_samples_observations(tmp_path):
+  path = tmp_path / "s.jsonl"
+  actions = [["run", CORRECT], ["submit", CORRECT]]
+  _write_samples(
+    path,
+    [
+      {
+        "task_id": "add",
+        "completion": CORRECT,
+        "trajectory": actions,
+        "observations": [RUN_PASSED, None],
+      },
+      {"task_id": "add", "completion": CORRECT, "trajectory": actions},
+    ],
+  )
+  with_obs, without = grade.read_samples(path, ["add"])
+  assert with_obs.observations == (RUN_PASSED, None)
+  assert without.observations is None
+
+
+@pytest.mark.parametrize(
+  "row,message",
+  [
+    (
+      {
+        "task_id": "add",
+        "completion": "x",
+        "trajectory": ["<run>x</run>"],
+        "observations": "ok",
+      },
+      "s.jsonl:2: observations: must be a list",
+    ),
+    (
+      {
+        "task_id": "add",
+        "completion": "x",
+        "trajectory": ["<run>x</run>"],
+        "observations": ["a", None],
+      },
+      "s.jsonl:2: observations: 2 items but the trajectory has 1 actions",
+    ),
+    (
+      {"task_id": "add", "completion": "x", "observations": ["a"]},
+      "s.jsonl:2: observations: 1 items but the trajectory has 0 actions",
+    ),
+    (
+      {
+        "task_id": "add",
+        "completion": "x",
+        "trajectory": ["<run>x</run>", "<run>y</run>"],
+        "observations": [None, 3],
+      },
+      "s.jsonl:2: observations\\[1\\]: must be a string or null, not int",
+    ),
+  ],
+)
+def test_read_samples_observation_errors_name_the_line(tmp_path, row, message):
+  path = tmp_path / "s.jsonl"
+  _write_samples(path, [{"task_id": "add", "completion": "x"}, row])
+  with pytest.raises(grade.SampleFormatError, match=message):
+    grade.read_samples(path, ["add"])
 
 
 @pytest.mark.parametrize(
@@ -246,9 +376,91 @@ def test_grade_samples(process_pool):
   assert by_name["loops"]["status"] == "timeout"
   assert by_name["loops"]["suite_a"]["passed"] == 0
   assert by_name["echo"]["suite_a"] == {"passed": 1, "total": 1}
+  assert not any(line["stage1_rejected"] for line in lines)
   summary = grade.summarize(lines)
   assert summary["suite_a"]["pass@1"] == pytest.approx((1 / 7 + 1) / 2)
   assert summary["statuses"]["timeout"] == 1
+
+
+def _anticheat(**fields) -> pipeline.AntiCheat:
+  """The trainer's default anti-cheat, with `fields` of its section changed."""
+  section = common.get_anticheat_config()
+  section.update(fields)
+  return pipeline.AntiCheat.from_config(
+    anticheat_config.AntiCheatConfig.from_config(section)
+  )
+
+
+def _samples(*rows) -> list[grade.Sample]:
+  return [
+    grade.Sample(index=i, line=i + 1, **row) for i, row in enumerate(rows)
+  ]
+
+
+@pytest.mark.parametrize("skip_flagged", [True, False])
+def test_grade_samples_stage1_rejected_is_never_solved(
+  process_pool, skip_flagged
+):
+  tasks = {"add": _add_task()}
+  samples = _samples(
+    {"task_id": "add", "completion": CORRECT},
+    {"task_id": "add", "completion": HARDCODED_RIGHT},
+  )
+  lines = grade.grade_samples(
+    process_pool,
+    tasks,
+    samples,
+    io.StringIO(),
+    anticheat=_anticheat(skip_flagged=skip_flagged),
+  )
+  correct, hacked = lines
+  assert not correct["stage1_rejected"] and correct["reward"] == 1.0
+  assert hacked["flags"] == ["hardcoded_tests"]
+  assert hacked["stage1_rejected"] and hacked["reward"] == 0.0
+  if skip_flagged:  # rejected before execution
+    assert hacked["status"] == "not_executed" and not hacked["executed"]
+    assert hacked["suite_a"] == {"passed": 0, "total": 0}
+  else:  # rejected after passing every test
+    assert hacked["status"] == "ok" and hacked["executed"]
+    assert hacked["suite_a"] == {"passed": 5, "total": 5}
+    assert hacked["suite_b"] == {"passed": 4, "total": 4}
+  assert not grade.solved_a(hacked) and not grade.solved_ab(hacked)
+  summary = grade.summarize(lines)
+  assert summary["suite_a"] == {"pass@1": 0.5}
+  assert summary["suite_a_and_b"] == {"pass@1": 0.5}
+
+
+def test_observations_reach_the_features(process_pool):
+  task = _add_task()
+  runs = (["run", CORRECT],) * features.FAILING_LOOP_MIN
+  with_obs, without = _samples(
+    {
+      "task_id": "add",
+      "completion": CORRECT,
+      "trajectory": runs,
+      "observations": (RUN_PASSED,) * len(runs),
+    },
+    {"task_id": "add", "completion": CORRECT, "trajectory": runs},
+  )
+  # Without observations every repeated run counts as failing.
+  names = list(features.FEATURE_NAMES)
+  vectors = [grade._features(task, s, None) for s in (with_obs, without)]
+  for name in ("failing_loop", "log_max_same_failing_run"):
+    assert vectors[0][names.index(name)] == 0.0, name
+    assert vectors[1][names.index(name)] > 0.0, name
+  lines = grade.grade_samples(
+    process_pool,
+    {"add": task},
+    [with_obs, without],
+    io.StringIO(),
+    anticheat=_anticheat(),
+  )
+  seen, unseen = lines
+  assert seen["flags"] == [] and not seen["stage1_rejected"]
+  assert seen["reward"] == 1.0 and grade.solved_ab(seen)
+  assert unseen["flags"] == ["failing_loop"] and unseen["stage1_rejected"]
+  assert unseen["reward"] == 0.0 and not grade.solved_a(unseen)
+  assert np.array_equal(vectors[0], grade._features(task, with_obs, None))
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -264,7 +476,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 def _cli_files(tmp_path, rows):
   tasks = tmp_path / "tasks.jsonl"
-  schema.write_tasks(tasks, [_add_task(), _add_task("add2", heldout=0)])
+  schema.write_tasks(
+    tasks, [_add_task(), _add_task("add2", heldout=0), _first_even_task()]
+  )
   samples = tmp_path / "samples.jsonl"
   _write_samples(samples, rows)
   return tasks, samples, tmp_path / "results.jsonl"
@@ -279,10 +493,12 @@ def test_cli_process_backend(tmp_path):
     f"--samples={samples}",
     f"--out={out}",
     "--backend=process",
+    "--anticheat=none",
     *FAST_LIMITS,
   )
   assert proc.returncode == 0, proc.stderr
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary["anticheat"] == "none"
   assert summary["num_samples"] == 14 and summary["num_tasks"] == 2
   # add: 1 of 7 correct; add2: 7 of 7. pass@k = mean over the two tasks.
   want = {f"pass@{k}": (grade.pass_at_k(7, 1, k) + 1.0) / 2 for k in (1, 5)}
@@ -295,7 +511,85 @@ def test_cli_process_backend(tmp_path):
     assert {"task_id", "status", "suite_a", "suite_b", "flags", "reward"} <= (
       set(line)
     )
+    assert line["stage1_rejected"] is False and line["flags"] == []
+  # No anti-cheat: the reward is the raw suite-A pass fraction.
   assert lines[0]["reward"] == 1.0 and lines[1]["reward"] == 0.6
+
+
+def _grade_cli(tmp_path, rows, *flags):
+  """(summary, result lines) of the CLI on add, add2 and first_even."""
+  tasks, samples, out = _cli_files(tmp_path, rows)
+  proc = run_cli(
+    f"--tasks={tasks}",
+    f"--samples={samples}",
+    f"--out={out}",
+    "--backend=process",
+    *FAST_LIMITS,
+    *flags,
+  )
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  return summary, [json.loads(x) for x in out.read_text().splitlines()]
+
+
+CHEATS = [
+  {"task_id": "add", "completion": CORRECT},
+  {"task_id": "add", "completion": HARDCODED},
+  {
+    "task_id": "first_even",
+    "completion": _first_even_task().reference_solution,
+  },
+  {"task_id": "first_even", "completion": RETURN_NONE},
+]
+
+
+def test_cli_default_anticheat_is_the_trainers(tmp_path):
+  summary, lines = _grade_cli(tmp_path, CHEATS)
+  assert summary["anticheat"] == "configs/common.py"
+  correct, hardcoded, reference, none = lines
+  assert correct["reward"] == reference["reward"] == 1.0
+  assert hardcoded["flags"] == ["hardcoded_tests"]
+  assert none["flags"] == ["constant_return"]
+  for line in (hardcoded, none):
+    assert line["stage1_rejected"] and line["reward"] == 0.0
+    assert line["status"] == "not_executed"
+  # One solved sample of two on each task.
+  assert summary["suite_a"] == {"pass@1": 0.5}
+  assert summary["suite_a_and_b"] == {"pass@1": 0.5}
+  assert summary["mean_reward"] == 0.5
+
+
+def test_cli_anticheat_none_gives_the_raw_fraction(tmp_path):
+  summary, lines = _grade_cli(tmp_path, CHEATS, "--anticheat=none")
+  assert summary["anticheat"] == "none"
+  correct, hardcoded, reference, none = lines
+  assert correct["reward"] == reference["reward"] == 1.0
+  assert hardcoded["reward"] == 0.6  # suite A 3/5
+  assert none["reward"] == 0.5  # suite A 1/2
+  assert none["suite_b"] == {"passed": 1, "total": 2}
+  for line in lines:
+    assert not line["stage1_rejected"] and line["flags"] == []
+    assert line["status"] == "ok"
+  assert summary["suite_a"] == {"pass@1": 0.5}
+
+
+def test_cli_config_with_anticheat_none_is_a_usage_error(tmp_path):
+  tasks, samples, out = _cli_files(
+    tmp_path, [{"task_id": "add", "completion": CORRECT}]
+  )
+  config = tmp_path / "anticheat_config.py"
+  config.write_text(ANTICHEAT_CONFIG)
+  proc = run_cli(
+    f"--tasks={tasks}",
+    f"--samples={samples}",
+    f"--out={out}",
+    "--backend=process",
+    f"--config={config}",
+    "--anticheat=none",
+  )
+  assert proc.returncode != 0
+  assert "--config and --anticheat=none contradict each other" in proc.stderr
+  assert not out.exists()
 
 
 def test_cli_unknown_task_names_the_line(tmp_path):
@@ -329,8 +623,11 @@ def test_cli_gvisor_backend(tmp_path):
   assert proc.returncode == 0, proc.stderr
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
   assert summary["suite_a"] == {"pass@1": 0.5}
+  assert summary["anticheat"] == "configs/common.py"
   lines = [json.loads(x) for x in out.read_text().splitlines()]
-  assert [x["reward"] for x in lines] == [1.0, 0.6]
+  # The default anti-cheat's stage 2 stops PARTIAL (suite B 0/4).
+  assert [x["reward"] for x in lines] == [1.0, 0.0]
+  assert [x["stage2_ok"] for x in lines] == [True, False]
 
 
 ANTICHEAT_CONFIG = """
@@ -374,8 +671,18 @@ def test_cli_anticheat_flags_and_final_reward(tmp_path):
     *FAST_LIMITS,
   )
   assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary["anticheat"] == str(config)
   lines = [json.loads(x) for x in out.read_text().splitlines()]
   correct, partial, exits, hardcoded, probing, no_suite_b = lines
+  assert [x["stage1_rejected"] for x in lines] == [
+    False,
+    False,
+    True,
+    True,
+    True,
+    False,
+  ]
   assert correct["flags"] == [] and correct["stage2_ok"]
   assert correct["reward"] == 1.0 and correct["stage1_score"] < 0.5
   # Suite A 3/5, suite B 0/4: stopped by stage 2.
@@ -388,6 +695,9 @@ def test_cli_anticheat_flags_and_final_reward(tmp_path):
   assert probing["flags"] == ["probing_runs"] and probing["reward"] == 0.0
   # A task without suite B cannot be gated by stage 2.
   assert no_suite_b["stage2_ok"] and no_suite_b["reward"] == 1.0
+  # add: only CORRECT of 5 samples is solved; add2: solved, empty suite B.
+  assert summary["suite_a"] == {"pass@1": (1 / 5 + 1) / 2}
+  assert summary["suite_a_and_b"] == {"pass@1": (1 / 5 + 1) / 2}
 
 
 def test_cli_config_without_anticheat_section(tmp_path):

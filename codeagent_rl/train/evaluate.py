@@ -3,11 +3,14 @@
 Modes: `greedy` (temperature 0, one episode per task) and `sampled` (the
 training sampling settings, `eval.samples_per_task` episodes per task). The
 episode is the same multi-turn agent loop as training, graded by the same
-judge; pass@1 on suite A is the share of episodes whose submission passed
-every hidden test, on A-and-B of those that also passed every held-out test
-(what stage 2 requires). With k samples per task the sampled pass@1 is the
-mean over tasks of (passing samples / k): the unbiased pass@1 estimate of
-the Codex paper, with less noise than one sample per task.
+judge, without the pre-submit gate (every submission runs); anti-cheat
+stage 1 (`exp.anticheat`) then judges each finished episode. pass@1 on
+suite A is the share of episodes that are solved, on A-and-B of those
+solved on suites A and B, as `codeagent_rl.solved` defines them (a
+submission stage 1 rejects is never solved). With k samples per task the
+sampled pass@1 is the mean over tasks of (solved samples / k): the unbiased
+pass@1 estimate of the Codex paper, with less noise than one sample per
+task.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from codeagent_rl import solved
+from codeagent_rl import types
+from codeagent_rl.anticheat import config as anticheat_config
+from codeagent_rl.anticheat import pipeline
+from codeagent_rl.anticheat import stage1
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer
@@ -48,29 +56,40 @@ def make_sampler(
 
 
 def episode_scalars(
-  rollout: agent_loop.Rollout, total: np.ndarray | None = None
+  rollout: agent_loop.Rollout,
+  rejected: np.ndarray,
+  total: np.ndarray | None = None,
 ) -> dict[str, float]:
   """Pass rates and lengths of a rollout's episodes.
 
   Args:
     rollout: finished episodes.
+    rejected: [B] bool, whether anti-cheat stage 1 rejected each episode
+      (`stage1_rejected`).
     total: [B] rewards after anti-cheat (defaults to the raw `rewards.total`).
 
   Returns:
-    "pass_a", "pass_ab" (shares of episodes passing every test of suite A /
-    of suites A and B), "suite_a", "suite_b" (mean pass fractions),
-    "turns_mean", "tokens_mean" and "truncated" (share cut by a budget).
+    "pass_a", "pass_ab" (shares of episodes solved on suite A / on suites A
+    and B: `solved_a`, `solved_ab`), "rejected" (share stage 1 rejected),
+    "suite_a", "suite_b" (mean pass fractions), "turns_mean", "tokens_mean"
+    and "truncated" (share cut by a budget).
   """
   outcomes = [e.outcome for e in rollout.episodes]
-  pass_a = np.asarray([passed_a(o) for o in outcomes], np.float32)
+  rejected = _check_rejected(rejected, len(outcomes))
+  pass_a = np.asarray(
+    [solved_a(o, r) for o, r in zip(outcomes, rejected, strict=True)],
+    np.float32,
+  )
   pass_ab = np.asarray(
-    [passed_a(o) and passed_b(o) for o in outcomes], np.float32
+    [solved_ab(o, r) for o, r in zip(outcomes, rejected, strict=True)],
+    np.float32,
   )
   turns = np.asarray([len(e.turns) for e in rollout.episodes], np.float32)
   tokens = np.asarray(rollout.batch.length, np.float32)
   scalars = {
     "pass_a": float(pass_a.mean()),
     "pass_ab": float(pass_ab.mean()),
+    "rejected": float(rejected.mean()),
     "suite_a": float(np.mean([o.suite_a for o in outcomes])),
     "suite_b": float(np.mean([o.suite_b for o in outcomes])),
     "turns_mean": float(turns.mean()),
@@ -82,18 +101,77 @@ def episode_scalars(
   return scalars
 
 
-def passed_a(outcome: code_env.Outcome) -> bool:
-  """Whether the submission passed every test of suite A."""
-  return outcome.suite_a_total > 0 and (
-    outcome.suite_a_passed == outcome.suite_a_total
+def solved_a(outcome: code_env.Outcome, rejected: bool) -> bool:
+  """Whether an episode is solved on suite A (`codeagent_rl.solved`).
+
+  Args:
+    outcome: the episode's outcome.
+    rejected: whether anti-cheat stage 1 rejected it.
+  """
+  return solved.suite_a(
+    passed=outcome.suite_a_passed,
+    total=outcome.suite_a_total,
+    executed=outcome.executed,
+    rejected=bool(rejected),
   )
 
 
-def passed_b(outcome: code_env.Outcome) -> bool:
-  """Whether the submission passed every test of suite B."""
-  return outcome.suite_b_total > 0 and (
-    outcome.suite_b_passed == outcome.suite_b_total
+def solved_ab(outcome: code_env.Outcome, rejected: bool) -> bool:
+  """Whether an episode is solved on suites A and B (`codeagent_rl.solved`).
+
+  Args:
+    outcome: the episode's outcome.
+    rejected: whether anti-cheat stage 1 rejected it.
+  """
+  return solved.suites_a_and_b(
+    a_passed=outcome.suite_a_passed,
+    a_total=outcome.suite_a_total,
+    b_passed=outcome.suite_b_passed,
+    b_total=outcome.suite_b_total,
+    executed=outcome.executed,
+    rejected=bool(rejected),
   )
+
+
+def rejected_by_stage1(
+  rewards: types.Rewards, config: anticheat_config.AntiCheatConfig
+) -> np.ndarray:
+  """[B] bool: whether stage 1 rejected each row of rewards after stage 1.
+
+  Args:
+    rewards: [B] rewards whose `stage1_flags` and `stage1_score` stage 1
+      set (e.g. `AntiCheat.episode_rewards`).
+    config: the anti-cheat config stage 1 ran with.
+  """
+  return np.asarray(
+    stage1.rejected(
+      np.asarray(rewards.stage1_flags), np.asarray(rewards.stage1_score), config
+    ),
+    bool,
+  )
+
+
+def stage1_rejected(
+  anticheat: pipeline.AntiCheat, episodes: Sequence[code_env.EpisodeState]
+) -> np.ndarray:
+  """[B] bool: whether stage 1 rejects each finished episode.
+
+  Args:
+    anticheat: the anti-cheat (its config and classifier).
+    episodes: finished episodes.
+  """
+  rewards, _ = anticheat.episode_rewards(episodes)
+  return rejected_by_stage1(rewards, anticheat.config)
+
+
+def _check_rejected(rejected: np.ndarray, num_episodes: int) -> np.ndarray:
+  rejected = np.asarray(rejected, bool)
+  if rejected.shape != (num_episodes,):
+    raise ValueError(
+      f"rejected has shape {rejected.shape}; expected ({num_episodes},), one"
+      " per episode."
+    )
+  return rejected
 
 
 class Evaluator:
@@ -102,6 +180,11 @@ class Evaluator:
   After each call, `last_per_task` holds that evaluation's per-task rates
   (`per_task_rates`), for paired comparisons of two models on the same
   tasks (`paired_difference`).
+
+  Attributes:
+    anticheat: the anti-cheat of `exp.anticheat`, whose stage 1 says which
+      episodes are rejected (never solved).
+    last_per_task: per mode, the per-task rates of the last call.
   """
 
   def __init__(
@@ -112,10 +195,11 @@ class Evaluator:
     *,
     batch_size: int,
   ):
-    """Builds one jitted sampler per mode.
+    """Builds one jitted sampler per mode, and the anti-cheat.
 
     Args:
-      exp: the experiment (modes in `exp.eval`).
+      exp: the experiment (modes in `exp.eval`, the anti-cheat in
+        `exp.anticheat`).
       env: the environment (and its sandbox pool).
       tasks: held-out tasks.
       batch_size: episodes run together.
@@ -130,6 +214,7 @@ class Evaluator:
     }
     longest = max(len(env.reset(t).prompt_ids) for t in self._tasks)
     self._cache_len = agent_loop.cache_len_for(env.config, longest)
+    self.anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
     self.last_per_task: dict[str, dict[str, list]] = {}
 
   def __call__(self, params: Any, rng: jax.Array) -> dict[str, float]:
@@ -143,7 +228,7 @@ class Evaluator:
       # Greedy decoding gives every copy of a task the same episode.
       copies = self._exp.eval.samples_per_task if mode == "sampled" else 1
       tasks = [t for t in self._tasks for _ in range(copies)]
-      rollouts = []
+      rollouts, rejected = [], []
       for start in range(0, len(tasks), self._batch_size):
         chunk = tasks[start : start + self._batch_size]
         policy = agent_loop.SamplerPolicy(
@@ -158,28 +243,41 @@ class Evaluator:
             jax.random.fold_in(rng, k * 100_003 + start),
           )
         )
-      scalars = _merge([episode_scalars(r) for r in rollouts], rollouts)
+        rejected.append(stage1_rejected(self.anticheat, rollouts[-1].episodes))
+      scalars = _merge(
+        [
+          episode_scalars(r, x) for r, x in zip(rollouts, rejected, strict=True)
+        ],
+        rollouts,
+      )
       scalars["episodes"] = float(len(tasks))
       out.update({f"eval/{mode}/{name}": v for name, v in scalars.items()})
-      per_task[mode] = per_task_rates([e for r in rollouts for e in r.episodes])
+      per_task[mode] = per_task_rates(
+        [e for r in rollouts for e in r.episodes], np.concatenate(rejected)
+      )
     self.last_per_task = per_task
     return out
 
 
 def per_task_rates(
-  episodes: Sequence[code_env.EpisodeState],
+  episodes: Sequence[code_env.EpisodeState], rejected: np.ndarray
 ) -> dict[str, list]:
   """Per-task pass rates of finished episodes (k per task with k samples).
+
+  Args:
+    episodes: finished episodes.
+    rejected: [B] bool, whether stage 1 rejected each (`stage1_rejected`).
 
   Returns:
     {"task_id": [...], "pass_a": [...], "pass_ab": [...]}: one entry per
     distinct task, in order of first appearance; a rate is the share of
-    that task's episodes passing suite A (and suite B).
+    that task's episodes solved on suite A (on suites A and B).
   """
+  rejected = _check_rejected(rejected, len(episodes))
   counts: dict[str, list[int]] = {}
-  for episode in episodes:
-    a = passed_a(episode.outcome)
-    ab = a and passed_b(episode.outcome)
+  for episode, r in zip(episodes, rejected, strict=True):
+    a = solved_a(episode.outcome, r)
+    ab = solved_ab(episode.outcome, r)
     n = counts.setdefault(episode.task.task_id, [0, 0, 0])
     n[0] += 1
     n[1] += int(a)

@@ -60,7 +60,9 @@ from codeagent_rl.train import steps
 
 PPO_DIR = "checkpoints"
 
-# (rollout, tasks) -> (rewards after anti-cheat, scalars to log).
+# (rollout, tasks) -> (rewards after anti-cheat, scalars to log). Stage 1
+# of `exp.anticheat` sets the rewards' stage1_flags and stage1_score: the
+# metrics count the episodes it rejects as unsolved.
 RewardFn = Callable[
   [agent_loop.Rollout, list[schema.Task]],
   tuple[types.Rewards, dict[str, float]],
@@ -200,12 +202,24 @@ def _trim(rollout: agent_loop.Rollout, bucket: int) -> dict[str, np.ndarray]:
 
 
 def _episode_metrics(
-  rollout: agent_loop.Rollout, total: np.ndarray
+  rollout: agent_loop.Rollout, rewards: types.Rewards, exp: exp_lib.Experiment
 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-  """Reward, pass-rate and length scalars, and length histograms."""
-  s = eval_lib.episode_scalars(rollout, total)
+  """Reward, pass-rate and length scalars, and length histograms.
+
+  Args:
+    rollout: the iteration's episodes.
+    rewards: their rewards after the anti-cheat (`RewardFn`).
+    exp: the experiment; `exp.anticheat` says which stage-1 flags and
+      scores reject, so a rejected episode is never counted as solved.
+  """
+  total = np.asarray(rewards.total)
+  rejected = eval_lib.rejected_by_stage1(rewards, exp.anticheat)
+  s = eval_lib.episode_scalars(rollout, rejected, total)
   outcomes = [e.outcome for e in rollout.episodes]
-  passing = np.asarray([eval_lib.passed_a(o) for o in outcomes])
+  passing = np.asarray(
+    [eval_lib.solved_a(o, r) for o, r in zip(outcomes, rejected, strict=True)],
+    bool,
+  )
   turns = np.asarray([len(e.turns) for e in rollout.episodes], np.float32)
   tokens = np.asarray(rollout.batch.length, np.float32)
   codes = [e.final_code for e in rollout.episodes]
@@ -460,7 +474,6 @@ def run_ppo(
         timer.add("sandbox_wait", rollout.timings["env_s"])
         with timer.phase("anticheat"):
           rewards, ac_scalars = reward_fn(rollout, tasks)
-        total = np.asarray(rewards.total)
         (actor, critic), metrics = ppo_iteration(
           learner,
           (actor, critic),
@@ -471,7 +484,7 @@ def run_ppo(
           jax.random.fold_in(it_rng, 1),
           timer,
         )
-        ep_scalars, hists = _episode_metrics(rollout, total)
+        ep_scalars, hists = _episode_metrics(rollout, rewards, exp)
         metrics.update(ep_scalars)
         metrics.update(ac_scalars)
         generated = float(np.asarray(rollout.batch.trainable).sum())

@@ -7,16 +7,21 @@ import jax
 import numpy as np
 import pytest
 
+from codeagent_rl.anticheat import config as anticheat_config
+from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
+from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
 from codeagent_rl.status import JobStatus
+from codeagent_rl.tasks import schema
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
+from configs import common
 from configs import tiny
 
 SANDBOX = sandbox_config.SandboxConfig(
@@ -91,17 +96,21 @@ def test_sampled_mode_runs_every_task_k_times_with_distinct_samples(
   )
 
 
-def _episode(task_id, a_passed, b_passed):
-  outcome = code_env.Outcome(
-    status=JobStatus.OK,
-    executed=True,
-    suite_a_passed=a_passed,
-    suite_a_total=2,
-    suite_b_passed=b_passed,
-    suite_b_total=3,
-  )
+def _episode(task_id, a_passed, b_passed, b_total=3, outcome=None):
+  if outcome is None:
+    outcome = code_env.Outcome(
+      status=JobStatus.OK,
+      executed=True,
+      suite_a_passed=a_passed,
+      suite_a_total=2,
+      suite_b_passed=b_passed,
+      suite_b_total=b_total,
+    )
   return types.SimpleNamespace(
-    task=types.SimpleNamespace(task_id=task_id), outcome=outcome
+    task=types.SimpleNamespace(task_id=task_id),
+    outcome=outcome,
+    turns=(None,),
+    final_code="x",
   )
 
 
@@ -114,12 +123,101 @@ def test_per_task_rates_count_each_tasks_samples():
     _episode("t1", 2, 3),
     _episode("t0", 0, 0),
   ]
-  rates = eval_lib.per_task_rates(episodes)
+  rates = eval_lib.per_task_rates(episodes, np.zeros(len(episodes), bool))
   assert rates == {
     "task_id": ["t1", "t0"],
     "pass_a": [2 / 3, 2 / 3],
     "pass_ab": [2 / 3, 1 / 3],
   }
+
+
+def _rejection_cases():
+  """Episodes of one task and their stage-1 verdicts; 2 of 6 are solved."""
+  cases = [
+    (_episode("t", 2, 3), False),  # solved on A and B
+    (_episode("t", 2, 3), True),  # passed everything, rejected after
+    # Rejected before execution (the pre-submit gate): 0 of 0 tests.
+    (_episode("t", 0, 0, outcome=code_env.Outcome.not_executed("gate")), True),
+    # Cut by a budget: no submission ran.
+    (_episode("t", 0, 0, outcome=code_env.Outcome.not_executed()), False),
+    (_episode("t", 2, 0, b_total=0), False),  # no suite B: solved on A and B
+    (_episode("t", 1, 0, b_total=0), False),  # no suite B, fails A
+  ]
+  return [e for e, _ in cases], np.asarray([r for _, r in cases])
+
+
+def test_rejected_and_unrun_episodes_are_never_solved():
+  episodes, rejected = _rejection_cases()
+  rates = eval_lib.per_task_rates(episodes, rejected)
+  assert rates == {"task_id": ["t"], "pass_a": [2 / 6], "pass_ab": [2 / 6]}
+  solved = [
+    eval_lib.solved_a(e.outcome, r)
+    for e, r in zip(episodes, rejected, strict=True)
+  ]
+  assert solved == [True, False, False, False, True, False]
+  # Accepted, the same outcomes would count once more (the second one).
+  rates = eval_lib.per_task_rates(episodes, np.zeros(len(episodes), bool))
+  assert rates["pass_a"] == [3 / 6]
+  rollout = types.SimpleNamespace(
+    episodes=episodes,
+    batch=types.SimpleNamespace(
+      length=np.full(len(episodes), 10), truncated=np.zeros(len(episodes))
+    ),
+  )
+  scalars = eval_lib.episode_scalars(rollout, rejected)
+  assert scalars["pass_a"] == pytest.approx(2 / 6)
+  assert scalars["pass_ab"] == pytest.approx(2 / 6)
+  assert scalars["rejected"] == pytest.approx(2 / 6)
+  with pytest.raises(ValueError, match="one per episode"):
+    eval_lib.episode_scalars(rollout, rejected[:-1])
+
+
+def _hardcoded_task() -> schema.Task:
+  return schema.Task(
+    task_id="add",
+    prompt="Add two numbers.",
+    entry_point="add",
+    kind="function",
+    visible_tests=({"args": [1, 2], "expected": 3},),
+    hidden_tests=tuple({"args": [a, 1], "expected": a + 1} for a in range(4)),
+    heldout_tests=tuple({"args": [a, 5], "expected": a + 5} for a in range(4)),
+    reference_solution="def add(a, b):\n  return a + b\n",
+    metadata={},
+  )
+
+
+def test_stage1_rejects_finished_episodes_that_passed_every_test():
+  # As in the evaluation: no pre-submit gate, so both submissions run.
+  correct = "def add(a, b):\n  return a + b\n"
+  hardcoded = (
+    "def add(a, b):\n  if (a, b) == (1, 2):\n    return 3\n  return a + b\n"
+  )
+  anticheat = pipeline.AntiCheat.from_config(
+    anticheat_config.AntiCheatConfig.from_config(common.get_anticheat_config())
+  )
+  budgets = code_env.EnvConfig(
+    max_turns=2,
+    max_tokens_per_turn=400,
+    max_total_tokens=4000,
+    max_wall_s=60.0,
+    obs_max_bytes=400,
+  )
+  task = _hardcoded_task()
+  with harness.SandboxPool(SANDBOX) as pool:
+    env = code_env.CodeEnv(pool, tokenizer_lib.ByteTokenizer(), budgets)
+    states = env.step_many(
+      [env.reset(task), env.reset(task)],
+      [f"<submit>{correct}</submit>", f"<submit>{hardcoded}</submit>"],
+    )
+  episodes = [state for state, _ in states]
+  for episode in episodes:
+    o = episode.outcome
+    assert o.executed and o.suite_a_passed == o.suite_a_total == 4
+    assert o.suite_b_passed == o.suite_b_total == 4
+  rejected = eval_lib.stage1_rejected(anticheat, episodes)
+  assert rejected.tolist() == [False, True]
+  rates = eval_lib.per_task_rates(episodes, rejected)
+  assert rates == {"task_id": ["add"], "pass_a": [0.5], "pass_ab": [0.5]}
 
 
 def test_paired_difference_by_hand():

@@ -10,6 +10,7 @@ noise that `ppo.skip_actor_on_flat_rewards` keeps away from the actor.
 import copy
 import dataclasses
 import logging
+import types as pytypes
 
 import jax
 import jax.numpy as jnp
@@ -17,9 +18,12 @@ import numpy as np
 import pytest
 
 from codeagent_rl import types
+from codeagent_rl.anticheat import features
+from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rollout import agent_loop
+from codeagent_rl.status import JobStatus
 from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
@@ -221,3 +225,53 @@ def test_warm_up_freezes_the_actor_without_blaming_the_rewards(
 )
 def test_rewards_are_flat(total, flat):
   assert ppo_lib.rewards_are_flat(np.asarray(total, np.float32)) is flat
+
+
+def test_episode_metrics_count_stage1_rejected_episodes_as_unsolved():
+  exp = experiment.Experiment.from_config(tiny.get_config("smoke"))
+  passed_all = code_env.Outcome(
+    status=JobStatus.OK,
+    executed=True,
+    suite_a_passed=2,
+    suite_a_total=2,
+    suite_b_passed=3,
+    suite_b_total=3,
+  )
+  # Every episode passed every test; they differ in turns (1, 2, 3).
+  episodes = [
+    pytypes.SimpleNamespace(
+      outcome=passed_all, turns=(None,) * k, final_code="x"
+    )
+    for k in (1, 2, 3)
+  ]
+  rollout = pytypes.SimpleNamespace(
+    episodes=episodes,
+    batch=pytypes.SimpleNamespace(
+      length=np.asarray([10, 20, 30]), truncated=np.zeros(3, bool)
+    ),
+  )
+  accepted = types.Rewards.from_suites(
+    suite_a=np.ones(3, np.float32),
+    suite_b=np.ones(3, np.float32),
+    executed=np.ones(3, bool),
+    status=np.zeros(3, np.int32),
+    num_flags=features.NUM_FLAGS,
+  )
+  scalars, _ = ppo_lib._episode_metrics(rollout, accepted, exp)
+  assert scalars["reward/pass_a"] == scalars["reward/pass_ab"] == 1.0
+  # Stage 1 rejects the second by an enforced rule flag, the third by the
+  # classifier's score.
+  flags = np.zeros((3, features.NUM_FLAGS), bool)
+  flags[1, features.FLAG_NAMES.index("hardcoded_tests")] = True
+  rejected = accepted.replace(
+    stage1_flags=flags,
+    stage1_score=np.asarray([0.0, 0.0, 0.99], np.float32),
+    total=np.asarray([1.0, 0.0, 0.0], np.float32),
+  )
+  scalars, hists = ppo_lib._episode_metrics(rollout, rejected, exp)
+  assert scalars["reward/pass_a"] == pytest.approx(1 / 3)
+  assert scalars["reward/pass_ab"] == pytest.approx(1 / 3)
+  assert scalars["reward/total_mean"] == pytest.approx(1 / 3)
+  assert scalars["length/passing_turns"] == 1.0
+  assert scalars["length/failing_turns"] == 2.5
+  assert hists["length/failing_tokens"].tolist() == [20.0, 30.0]

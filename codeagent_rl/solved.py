@@ -1,0 +1,64 @@
+"""What "solved" means: the one definition grading, evaluation and PPO use.
+
+A sample (an episode's submission) is **solved** (on suite A) when
+
+- it ran: `executed` (not kept from the sandbox by anti-cheat stage 1, not
+  cut by a budget, not a sandbox error);
+- anti-cheat stage 1 did not reject it, before or after execution
+  (`anticheat.stage1.rejected`); without an anti-cheat nothing is rejected;
+- suite A has at least one test, and it passed every one.
+
+It is **solved on A and B** when it is solved and it passed every test of
+suite B. An empty suite B counts as passed, but only for a sample solved on
+suite A: stage 2 cannot gate a task without held-out tests
+(`anticheat.pipeline.rewards_from_outcomes` lets it through), so what gets
+full reward is counted as solved too.
+
+Plain Python (no jax) so that every caller, and anything that reads result
+files, can use it.
+"""
+
+from __future__ import annotations
+
+
+def suite_a(*, passed: int, total: int, executed: bool, rejected: bool) -> bool:
+  """Whether a sample is solved (see the module docstring).
+
+  Args:
+    passed: tests of suite A passed.
+    total: tests in suite A.
+    executed: the sample ran in the sandbox.
+    rejected: anti-cheat stage 1 rejected it.
+
+  Returns:
+    True when it ran, was not rejected and passed all of a non-empty suite A.
+  """
+  return bool(executed and not rejected and 0 < total == passed)
+
+
+def suites_a_and_b(
+  *,
+  a_passed: int,
+  a_total: int,
+  b_passed: int,
+  b_total: int,
+  executed: bool,
+  rejected: bool,
+) -> bool:
+  """Whether a sample is solved on suites A and B (module docstring).
+
+  Args:
+    a_passed: tests of suite A passed.
+    a_total: tests in suite A.
+    b_passed: tests of suite B passed.
+    b_total: tests in suite B (0: no held-out suite, counts as passed).
+    executed: the sample ran in the sandbox.
+    rejected: anti-cheat stage 1 rejected it.
+
+  Returns:
+    True when it is solved on suite A and passed all of suite B.
+  """
+  solved_a = suite_a(
+    passed=a_passed, total=a_total, executed=executed, rejected=rejected
+  )
+  return solved_a and b_passed == b_total
