@@ -441,21 +441,31 @@ class _FunctionResults:
   The job process sends `order` (a permutation of the test indices), then
   one `result` per test in that order, then `done`. Its untrusted code can
   write to the same descriptor, so anything else is malformed (the server
-  kills the job). Times are the server's own: a test runs from the arrival
-  of the previous frame to the arrival of its result.
+  kills the job).
+
+  Times are the server's own, at the resolution of its reads of the pipe:
+  the results one read brings share evenly the time since the previous
+  read that brought results (for the first, since the job started: its
+  loading counts), so the times of a job's tests add up to the wall time
+  until its last result. (A job process writes several results before the
+  server runs again: most reads of a fast job bring many.) Times the job
+  process might claim are ignored.
 
   Attributes:
     order: the test order, once received.
     tests: per test index, the reply entry once its result arrived.
     done: the job process said "done" after the last result.
+    mark: when the last read that brought results happened (or the job
+      started): the start of the test that runs now.
   """
 
-  def __init__(self, num_tests: int):
+  def __init__(self, num_tests: int, started: float):
     self.order = None
     self.tests = [None] * num_tests
     self.done = False
-    self.mark = None  # arrival of the last frame: the running test's start
+    self.mark = started
     self._received = 0
+    self._unstamped = []  # tests whose result came in the current read
 
   def running(self) -> int | None:
     """The test that runs now (None before the order and after the last)."""
@@ -463,8 +473,8 @@ class _FunctionResults:
       return None
     return self.order[self._received]
 
-  def feed(self, frame, now: float) -> None:
-    """Takes one frame that arrived at `now`; raises `_Malformed`."""
+  def feed(self, frame) -> None:
+    """Takes one frame of the current read; raises `_Malformed`."""
     if not isinstance(frame, dict):
       raise _Malformed("a result frame is not an object")
     event = frame.get("event")
@@ -480,21 +490,30 @@ class _FunctionResults:
         and sorted(order) == list(range(n))
       ):
         raise _Malformed("the test order is not a permutation of the tests")
-      self.order, self.mark = order, now
+      self.order = order
     elif event == "result" and self.running() is not None:
       index = self.running()
       if type(frame.get("test")) is not int or frame["test"] != index:
         raise _Malformed(f"a result for test {frame.get('test')!r:.20}")
-      self.tests[index] = _test_entry(frame, now - self.mark)
+      self.tests[index] = _test_entry(frame)
+      self._unstamped.append(index)
       self._received += 1
-      self.mark = now
     elif event == "done" and self.order is not None and self.running() is None:
       self.done = True
     else:
       raise _Malformed(f"an unexpected {str(event)[:20]!r} frame")
 
+  def stamp(self, now: float) -> None:
+    """Ends a read of the pipe: times the results it brought (class doc)."""
+    if self._unstamped:
+      share = (now - self.mark) / len(self._unstamped)
+      for index in self._unstamped:
+        self.tests[index]["time_s"] = share
+      self._unstamped = []
+      self.mark = now
 
-def _test_entry(frame: dict, time_s: float) -> dict:
+
+def _test_entry(frame: dict) -> dict:
   """The reply entry of one test's result frame (raises `_Malformed`)."""
   status, error = frame.get("status"), frame.get("error", "")
   if status not in _CHILD_STATUSES or type(error) is not str:
@@ -503,7 +522,7 @@ def _test_entry(frame: dict, time_s: float) -> dict:
     "status": status,
     "output": None,
     "error": _clean_text(error, _ERROR_CHARS),
-    "time_s": time_s,
+    "time_s": 0.0,
   }
   if status == "ok":
     if "output" not in frame:
@@ -827,7 +846,7 @@ class ForkServer:
     test_limit = job["test_timeout_s"] + (0.0 if stdio else _GRACE_S)
     test_deadline = time.monotonic() + test_limit if stdio else None
     if not stdio:
-      cap.results = _FunctionResults(len(job["tests"]))
+      cap.results = _FunctionResults(len(job["tests"]), time.monotonic())
     exited = False
     # Exits are looked for only when the zygote reports one or nothing
     # arrived (two system calls saved per result frame).
@@ -929,12 +948,14 @@ class ForkServer:
       raise _Malformed(str(e)) from None
     for frame in frames:
       if cap.results is not None:
-        cap.results.feed(frame, now)
+        cap.results.feed(frame)
         cap.done = cap.results.done
       elif not isinstance(frame, dict):
         raise _Malformed("a result frame is not an object")
       elif frame.get("event") == "exit" and frame.get("status") == "memory":
         cap.memory = True
+    if frames and cap.results is not None:
+      cap.results.stamp(now)
     return len(frames)
 
   @staticmethod
