@@ -10,9 +10,9 @@ the environments' observations use it, and the sandbox must not import
   never depends on hashing: by value when every element is an `int`, or
   every element is a `str`; otherwise by the elements' text.
 - An `int` of more than 4300 digits (CPython's default limit on int-to-str
-  conversion, decided from `int.bit_length()`, so nothing is converted)
-  reads `<int of ~N digits>` or `<negative int of ~N digits>`; N is
-  estimated from the bit length and may be one too many.
+  conversion; `int.bit_length()` decides first, so no huge int is
+  converted) reads `<int of ~N digits>` or `<negative int of ~N digits>`;
+  N is estimated from the bit length and may be one too many.
 - Anything that is not exactly None, bool, int, float, str, list, tuple,
   dict, set or frozenset (a subclass included) reads `<TypeName object>`:
   its own `__repr__` never runs. A container inside itself reads `[...]`
@@ -21,9 +21,9 @@ the environments' observations use it, and the sandbox must not import
 
 With `max_chars`, text longer than `max_chars` keeps its first
 `max_chars - 3` characters and ends in "...", and building stops once it
-has more than `max_chars` characters: a 1 MiB list or a 64 MiB string costs
-about `max_chars` characters of work (a set still visits each element once
-to sort them).
+has more than `max_chars` characters: a 1 MiB list costs about `max_chars`
+characters of work, a 64 MiB string one scan for quotes, and a set one
+visit of each element to sort them.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from typing import Any
 # Containers nested deeper than this render as "..." (above the wire
 # format's 100, so every value that crosses the sandbox renders in full).
 MAX_DEPTH = 120
-# Ints below 2**14285 have at most 4300 digits, which CPython converts to
-# str under its default limit (sys.int_info.default_max_str_digits).
+# Ints of up to 4300 digits show in full: CPython's default limit on
+# int-to-str conversion (sys.int_info.default_max_str_digits). Any int of
+# more bits than this has more digits (2**14285 > 10**4300).
+_INT_REPR_MAX_DIGITS = 4300
 _INT_REPR_MAX_BITS = 14285
 _LOG10_2 = 0.30102999566398120
 _CUT = "..."
@@ -72,9 +74,12 @@ def int_repr(value: int) -> str:
   bits = value.bit_length()
   if bits <= _INT_REPR_MAX_BITS:
     try:
-      return repr(value)
+      text = repr(value)
     except ValueError:  # a process that lowered the digit limit
-      pass
+      text = ""
+    # Whatever limit this process set, the text is the same everywhere.
+    if text and len(text) - (value < 0) <= _INT_REPR_MAX_DIGITS:
+      return text
   digits = int(bits * _LOG10_2) + 1
   sign = "negative " if value < 0 else ""
   return f"<{sign}int of ~{digits} digits>"
