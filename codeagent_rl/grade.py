@@ -614,7 +614,7 @@ def main(argv: list[str]) -> None:
     sys.exit(f"--out: {e}")
   try:
     pool = harness.SandboxPool(config)
-  except gvisor.RunscNotFoundError as e:
+  except gvisor.SetupError as e:
     out.close()
     sys.exit(str(e))
   with out, pool:

@@ -1,7 +1,8 @@
 """The forkserver that runs untrusted jobs; standard library only.
 
 It runs as the init process of a gVisor sandbox (or, for the `process`
-backend, as a plain subprocess), with `wire.py` next to it. Start it as
+backend, as a plain subprocess), with `wire.py` and `seccomp.py` next to
+it. Start it as
 
   python3 -I -S -B guest.py '<config JSON>'
 
@@ -9,8 +10,10 @@ where the config is `{"scratch_root": path, "uid": int | null, "gid": int |
 null, "kill_scope": "all" | "descendants", "proc": path}` ("proc" is where
 the server finds procfs), plus `"parent_pid"` for the process backend (the
 server then dies with that parent). It answers frames (see
-`wire.py`) on its stdin/stdout: first a `{"event": "ready"}` frame, then one
-reply per job, until end of file.
+`wire.py`) on its stdin/stdout: first a `{"event": "ready"}` frame (its
+`"job_filter"` is "on" when a probe showed that job processes get the
+seccomp filter, else "off: <why>"), then one reply per job, until end of
+file.
 
 A job is `{"id", "kind": "function" | "stdio", "code", "entry_point",
 "tests", "timeout_s", "test_timeout_s", "address_space_mb", "max_output_bytes",
@@ -28,15 +31,25 @@ Three kinds of process take part:
   the residue of earlier jobs or their outputs (a forked server would leak
   them); it also reports its children's exits;
 - the *job process*: a spare receives its job on a pipe, starts a new
-  session, keeps only its pipes, drops to the untrusted uid, sets rlimits and
-  runs the code in a fresh module. A function job calls the entry point once
-  per test on freshly decoded inputs, in shuffled order, under a SIGALRM
-  timer, and reports each output as tagged plain data on descriptor 3 (the
-  code's top level is bounded by the job-level limit only). A stdio job runs
-  one job process per test.
+  session, keeps only its pipes, drops to the untrusted uid, sets rlimits
+  (its address space is the job's memory divided by its process limit, so
+  all its processes together fit the job's memory), installs the seccomp
+  filter (`seccomp.py`: no IPC objects, keyrings or memory files that could
+  outlive the job or escape its limits) and runs the code in a fresh
+  module. A function job calls the entry point once per test on freshly
+  decoded inputs, in shuffled order, under a SIGALRM timer, and reports
+  each output as tagged plain data on descriptor 3 (the code's top level is
+  bounded by the job-level limit only). A stdio job runs one job process
+  per test, each in a scratch directory of its own.
 
-The server enforces the per-test limit from outside as well (a child that
-ignores SIGALRM is killed), the job-level limit and the output caps. A
+The job's code can write to descriptor 3 too, so the server takes nothing
+on trust there: frames must come in protocol order (`_FunctionResults`),
+outputs must decode as tagged plain data, messages are cut and made valid
+UTF-8, and a test's time is the server's own measurement. Anything else is
+a malformed stream: the job is killed and reported as a crash. The server
+enforces the per-test limit from outside as well (a child that ignores
+SIGALRM is killed; only a result frame starts the next test's clock), the
+job-level limit and the output caps (returned data summed over tests). A
 function job's reply goes out as soon as its last result is in (the job
 process flushes its streams before it says "done"). As the reply goes out,
 the server asks the zygote for the next job's spare (never while a job runs:

@@ -22,6 +22,7 @@ checkpoint with the same data order and randomness.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -59,18 +60,38 @@ def _write_json(path: pathlib.Path, obj: Any) -> None:
   os.replace(tmp, path)
 
 
+# Bumped when what an evaluation counts as solved changes (2: episodes that
+# stage 1 rejects are unsolved; numbers compared by the expected type).
+_EVAL_MEASURE = 2
+
+
 def _sft_eval_key(exp: exp_lib.Experiment) -> dict[str, Any]:
-  """What the saved SFT evaluation depends on: SFT length, eval settings."""
-  return {"sft_steps": exp.sft.steps, "eval": dataclasses.asdict(exp.eval)}
+  """What the saved SFT evaluation depends on.
+
+  The SFT length, the evaluation settings, the anti-cheat (its config and
+  the weights file's contents: rejected episodes count as unsolved) and
+  `_EVAL_MEASURE`.
+  """
+  weights = pathlib.Path(exp.anticheat.weights_path).read_bytes()
+  key = {
+    "sft_steps": exp.sft.steps,
+    "eval": dataclasses.asdict(exp.eval),
+    "anticheat": dataclasses.asdict(exp.anticheat),
+    "weights_sha256": hashlib.sha256(weights).hexdigest(),
+    "measure": _EVAL_MEASURE,
+  }
+  # As the saved file will hold it (tuples become lists), to compare equal.
+  return json.loads(json.dumps(key))
 
 
 def _saved_sft_eval(path: pathlib.Path, key: dict[str, Any]) -> dict | None:
   """The saved evaluation of the SFT model, if it was made under `key`.
 
-  `key` (`_sft_eval_key`) holds the SFT length and the evaluation settings:
-  a run resumed with more `sft.steps` trains SFT further, and one with
-  other `config.eval` settings measures differently; the saved evaluation
-  is then stale and is done again.
+  `key` (`_sft_eval_key`) holds the SFT length, the evaluation settings and
+  the anti-cheat: a run resumed with more `sft.steps` trains SFT further,
+  and one with other `config.eval` or `config.anticheat` settings (or
+  weights) measures differently; the saved evaluation is then stale and is
+  done again.
   """
   if not path.exists():
     return None
@@ -84,7 +105,8 @@ def _saved_sft_eval(path: pathlib.Path, key: dict[str, Any]) -> dict | None:
     return None
   if saved.get("key") != key or "eval" not in saved:
     logging.info(
-      "%s is for another SFT length or evaluation setting; evaluating again",
+      "%s is for another SFT length, evaluation or anti-cheat setting;"
+      " evaluating again",
       path,
     )
     return None

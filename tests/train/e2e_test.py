@@ -14,6 +14,7 @@ checkpoints (restored here on the 8-device mesh).
 """
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -707,6 +708,12 @@ def test_saved_sft_eval_is_reused_only_under_the_same_key(tmp_path):
   # More samples per task: another measurement of the same model.
   more_samples = {**key, "eval": {**key["eval"], "samples_per_task": 4}}
   assert run._saved_sft_eval(path, more_samples) is None
+  # Another anti-cheat, other weights or another way of counting solved
+  # episodes: rejected episodes count as unsolved, so it measures otherwise.
+  other = dataclasses.replace(exp.anticheat, classifier_threshold=0.9)
+  assert run._sft_eval_key(dataclasses.replace(exp, anticheat=other)) != key
+  for field, value in (("weights_sha256", "0" * 64), ("measure", 1)):
+    assert run._saved_sft_eval(path, {**key, field: value}) is None
   # Earlier formats (no key): not trusted.
   path.write_text(json.dumps({"sft_steps": exp.sft.steps, "eval": scalars}))
   assert run._saved_sft_eval(path, key) is None
