@@ -22,6 +22,8 @@ import pytest
 from codeagent_rl import grade
 from codeagent_rl import plain_repr
 from codeagent_rl import status as status_lib
+from codeagent_rl.anticheat import config as anticheat_config
+from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
@@ -29,6 +31,7 @@ from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import judge
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import schema
+from configs import common
 
 STRICT = judge.JudgeConfig()
 RELAXED = judge.JudgeConfig(int_accepts_float=True)
@@ -560,9 +563,20 @@ def _float_task() -> schema.Task:
   )
 
 
-@pytest.mark.parametrize("backend", ["process_pool", "gvisor_pool"])
-def test_grade_samples_writes_every_line(request, backend):
+@pytest.mark.parametrize(
+  "backend,anticheat",
+  [("process_pool", False), ("process_pool", True), ("gvisor_pool", False)],
+)
+def test_grade_samples_writes_every_line(request, backend, anticheat):
   pool = request.getfixturevalue(backend)
+  if anticheat:  # what `python -m codeagent_rl.grade` runs by default
+    anticheat = pipeline.AntiCheat.from_config(
+      anticheat_config.AntiCheatConfig.from_config(
+        common.get_anticheat_config()
+      )
+    )
+  else:
+    anticheat = None
   tasks = {t.task_id: t for t in (_pow_task(), _float_task())}
   rows = [
     ("powmod", POW),
@@ -576,7 +590,7 @@ def test_grade_samples_writes_every_line(request, backend):
     for i, (t, c) in enumerate(rows)
   ]
   out = io.StringIO()
-  lines = grade.grade_samples(pool, tasks, samples, out)
+  lines = grade.grade_samples(pool, tasks, samples, out, anticheat=anticheat)
   assert [json.loads(x) for x in out.getvalue().splitlines()] == lines
   assert len(lines) == len(samples)
   assert [x["status"] for x in lines] == ["ok"] * len(samples)
