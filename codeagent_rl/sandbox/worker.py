@@ -273,6 +273,7 @@ class ProcessLauncher:
     self.config = config
     self._count = 0
     self._lock = threading.Lock()
+    self._warned = False
 
   def launch(self) -> GuestProcess:
     """Starts one forkserver with a private scratch directory."""
@@ -291,13 +292,24 @@ class ProcessLauncher:
       "proc": "/proc",
       "parent_pid": os.getpid(),
     }
-    return GuestProcess(
+    guest = GuestProcess(
       guest_command(self.config.python, str(GUEST_DIR), guest_config),
       name=name,
       startup_timeout_s=self.config.startup_timeout_s,
       max_reply_bytes=max_reply_bytes(self.config),
       on_close=lambda: shutil.rmtree(scratch, ignore_errors=True),
     )
+    state = guest.info.get("job_filter")
+    if state != "on" and not self._warned:
+      # Not an isolation boundary anyway; say what else is missing.
+      self._warned = True
+      logging.warning(
+        "%s: job processes run without the seccomp filter (%s): a job can"
+        " leave IPC objects on this host for later jobs.",
+        name,
+        state,
+      )
+    return guest
 
   def close(self) -> None:
     """Nothing shared to release."""

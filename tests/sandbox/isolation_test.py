@@ -381,3 +381,18 @@ def test_sandbox_without_the_job_filter_is_refused(monkeypatch):
   config = config_lib.SandboxConfig(pool_size=1)
   with pytest.raises(worker.SandboxError, match="seccomp filter"):
     harness.SandboxPool(config)
+
+
+def test_process_backend_without_the_filter_says_so(monkeypatch, caplog):
+  real = worker.GuestProcess.__init__
+
+  def unfiltered(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    self.info = dict(self.info, job_filter="off: no system call table")
+
+  monkeypatch.setattr(worker.GuestProcess, "__init__", unfiltered)
+  config = config_lib.SandboxConfig(pool_size=1, backend="process")
+  with harness.SandboxPool(config) as pool:
+    assert pool.run(jobs.Job.program("print(1)")).stdout == "1\n"
+  assert "without the seccomp filter" in caplog.text
+  assert "no system call table" in caplog.text
