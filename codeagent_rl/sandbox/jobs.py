@@ -142,7 +142,10 @@ class TestRun:
     stdout: the program's stdout (stdio tests).
     exit_code: the program's exit code (stdio tests), None if killed.
     error: why it is not "ok", as reported.
-    time_s: wall time of the call or run.
+    time_s: wall time of the call or run, measured by the forkserver (for
+      function tests at the resolution of its reads of the result pipe:
+      the results one read brings share its time, the first ones include
+      the code's loading; they add up to the job's time to its last result).
   """
 
   status: str
