@@ -24,8 +24,10 @@ every level of nesting:
 - A list or tuple needs the same type and length and matches item by item.
 - A set or frozenset needs the same type and size. Elements equal in type
   and value pair first; the rest (at most `FUZZY_PAIRS_MAX` of them) must
-  pair one to one under these rules. A dict's keys pair the same way, then
-  the values of paired keys must match.
+  pair one to one under these rules. A dict needs the same size; its items
+  pair by keys equal in type and value first, the rest by key and value
+  under these rules (again at most `FUZZY_PAIRS_MAX`), and the values of
+  paired keys must match.
 - Nothing else matches: a subclass of a built-in (which cannot cross the
   sandbox boundary) is not plain data.
 
