@@ -48,6 +48,7 @@ from typing import Any
 from absl import app
 from absl import flags
 
+from codeagent_rl.sandbox import judge
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import families_algorithms
 from codeagent_rl.tasks import families_lists
@@ -337,17 +338,8 @@ def _call(fn: Callable, args: list) -> tuple[bool, Any]:
 
 
 def _matches(got: Any, want: Any) -> bool:
-  """Equality as the sandbox judge sees it (bool is not int, list not tuple)."""
-  numbers = (int, float)
-  if type(got) in numbers and type(want) in numbers:
-    if type(got) is int and type(want) is int:
-      return got == want
-    return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9)
-  if type(got) is not type(want):
-    return False
-  if type(want) in (list, tuple):
-    return len(got) == len(want) and all(map(_matches, got, want))
-  return got == want
+  """Equality as the sandbox judge sees it (its default config)."""
+  return judge.values_match(got, want)[0]
 
 
 def passes(fn: Callable, test: dict) -> bool:
