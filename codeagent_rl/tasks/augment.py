@@ -1,27 +1,41 @@
-"""Suite-B inputs by type-aware mutation of seed inputs (EvalPlus-style).
+"""Suite B: differential testing against the reference on generated inputs.
 
   cases = augment.augment(pool, reference_code, "f", seeds, AugmentConfig())
   heldout = augment.expected_tests(cases)
 
-Seeds are the `(args, kwargs)` of existing tests (suite A). Each round
-derives candidates from the seeds and from the inputs accepted so far, with
-one to `max_mutations` mutations of `mutate.Mutator` (type-aware, recursive,
-within the domain the seeds show; see `mutate.py`). A caller with a real
-input contract passes it as `precondition`.
+Seeds are the `(args, kwargs)` of existing tests (suite A). Candidate
+inputs come from five sources (`SOURCES`), each tried up to
+`candidates_per_kind` times:
 
-The expected values come from running the reference *in the sandbox*, many
-inputs per job, each call under a `sys.settrace` event counter. An input is
-dropped when the reference raises, takes more than `max_events` trace events
-(or, as a backstop, times out), returns data that is not plain (or longer
-than `max_output_chars` encoded), or fails the caller's `accept`. Inputs are
-deduplicated (against the seeds too) by their tagged encoding, and at most
-`max_tests` are kept, in generation order. Nothing depends on timing, so the
-same seed, salt, reference and interpreter give the same cases.
+- `extra`: inputs the caller builds for its task (e.g. polynomials with one
+  real root), tried first.
+- `boundary`, `structured`, `random`: drawn afresh over the types, ranges
+  and alphabets the seeds show (`generate.Generator`): edge values, shaped
+  strings and lists (brackets, palindromes, sorted, ...), random draws at
+  several sizes and magnitudes.
+- `mutation`: `rounds` rounds of one to `max_mutations` type-aware
+  mutations of the seeds and of the mutants accepted so far
+  (`mutate.Mutator`), which stay near suite A.
+
+A candidate is tried only if it is new (not a seed, not tried before; by
+its tagged encoding), at most `max_input_chars` long, and satisfies the
+caller's `precondition` (the task's input contract). The expected values
+come from running the reference *in the sandbox* (the differential oracle),
+many inputs per job, each call under a `sys.settrace` event counter. A
+candidate is dropped when the reference raises, takes more than
+`max_events` trace events (or, as a backstop, times out), returns data
+that is not plain (or longer than `max_output_chars` encoded), or fails the
+caller's `accept`. Suite B takes the kept cases of the sources in turn
+(one of each, in `SOURCES` order, then again) up to `max_tests`, so that
+no source crowds out the others. Nothing depends on timing: the same
+seed, salt, reference and interpreter give the same cases.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Sequence
 import copy
 import dataclasses
@@ -30,11 +44,14 @@ from typing import Any
 
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import wire
+from codeagent_rl.tasks import generate
 from codeagent_rl.tasks import mutate
 
 # Attempts to find a new candidate, per candidate wanted (mutations often
 # hit an input that exists already, e.g. a shuffle of a one-item list).
 _ATTEMPTS_PER_CANDIDATE = 20
+# Where candidates come from, in the order suite B takes them.
+SOURCES = ("extra", *generate.KINDS, "mutation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,10 +59,14 @@ class AugmentConfig:
   """How suite B is generated.
 
   Attributes:
-    seed: random seed of the mutations.
+    seed: random seed of the draws and mutations.
     max_tests: most cases kept (the cap of suite B).
+    candidates_per_kind: new distinct inputs tried per generated kind
+      (boundary, structured, random) and of the caller's extra inputs; 0
+      leaves mutation only (suite B as it was before generation, for
+      comparisons).
     rounds: mutation rounds; inputs accepted in a round seed the next ones.
-    candidates_per_round: new distinct inputs tried per round.
+    candidates_per_round: new distinct mutants tried per round.
     max_mutations: mutations applied to one candidate (1 to this many).
     batch_size: inputs per sandbox job.
     max_events: inputs on which the reference takes more trace events
@@ -60,13 +81,14 @@ class AugmentConfig:
   """
 
   seed: int = 0
-  max_tests: int = 40
-  rounds: int = 3
+  max_tests: int = 100
+  candidates_per_kind: int = 60
+  rounds: int = 2
   candidates_per_round: int = 40
   max_mutations: int = 2
   batch_size: int = 64
   max_events: int = 200_000
-  test_timeout_s: float = 2.0
+  test_timeout_s: float = 1.0
   job_timeout_s: float = 30.0
   max_input_chars: int = 2000
   max_output_chars: int = 20000
@@ -78,6 +100,10 @@ class AugmentConfig:
 
     if type(self.seed) is not int:
       raise bad("seed", "must be an integer.")
+    if (
+      type(self.candidates_per_kind) is not int or self.candidates_per_kind < 0
+    ):
+      raise bad("candidates_per_kind", "must be an integer >= 0.")
     for name in (
       "max_tests",
       "rounds",
@@ -101,11 +127,19 @@ class AugmentConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-  """An input and the reference's output on it."""
+  """An input, the reference's output on it, and where it came from.
+
+  Attributes:
+    args: positional arguments.
+    kwargs: keyword arguments.
+    output: the reference's output.
+    source: one of `SOURCES`.
+  """
 
   args: list
   kwargs: dict
   output: Any
+  source: str = "mutation"
 
 
 def input_key(args: Sequence, kwargs: dict) -> str:
@@ -123,13 +157,20 @@ def expected_tests(cases: Sequence[Case]) -> list[dict]:
 # --- Running the reference ----------------------------------------------------
 
 _COUNTED_ENTRY = "_codeagent_counted"
+# A local int of more bits than this ends the reference's call as over
+# budget. Big-int arithmetic costs time but few trace events: on a drawn
+# n = 1000, HumanEval/139's product of factorials takes ~10 s in ~3000
+# events; an expected value of this size (~80k digits) would be dropped
+# as longer than `max_output_chars` anyway.
+MAX_INT_BITS = 1 << 18
 # Appended to the reference: calls the entry point under a `sys.settrace`
-# counter and returns [over budget, output]. Past the budget the trace
-# function raises (a BaseException, which `except Exception` in the reference
-# does not catch) and the call ends early.
+# counter and returns [over budget, output]. Past the budget (or on a
+# local int past MAX_INT_BITS, checked every 16 events) the trace function
+# raises (a BaseException, which `except Exception` in the reference does
+# not catch) and the call ends early.
 _COUNTER = """
 
-def _codeagent_counted(entry_point, budget, args, kwargs):
+def _codeagent_counted(entry_point, budget, max_bits, args, kwargs):
   import sys as _sys
 
   target = globals()[entry_point]
@@ -142,6 +183,10 @@ def _codeagent_counted(entry_point, budget, args, kwargs):
     count[0] += 1
     if count[0] > budget:
       raise OverBudget()
+    if count[0] % 16 == 0:
+      for value in frame.f_locals.values():
+        if type(value) is int and value.bit_length() > max_bits:
+          raise OverBudget()
     return trace
 
   _sys.settrace(trace)
@@ -186,7 +231,10 @@ def run_reference(
     return jobs.Job.function(
       code + "\n" + _COUNTER,
       _COUNTED_ENTRY,
-      [([entry_point, config.max_events, a, k], {}) for a, k in batch],
+      [
+        ([entry_point, config.max_events, MAX_INT_BITS, a, k], {})
+        for a, k in batch
+      ],
       timeout_s=config.job_timeout_s,
       test_timeout_s=config.test_timeout_s,
     )
@@ -230,8 +278,9 @@ def augment(
   salt: str = "",
   precondition: Callable[[list, dict], bool] | None = None,
   accept: Callable[[Case], bool] | None = None,
+  extra: Callable[[random.Random], Iterable[tuple[list, dict]]] | None = None,
 ) -> list[Case]:
-  """New inputs mutated from `seeds`, with the reference's outputs.
+  """New inputs from `seeds`' types, with the reference's outputs.
 
   Args:
     pool: runs sandbox jobs (`submit(job) -> Future[JobResult]`).
@@ -245,18 +294,77 @@ def augment(
       rejects (or raises on) are not tried.
     accept: trusted host-side check of a case (input and reference
       output); cases it rejects (or raises on) are dropped.
+    extra: the caller's own inputs for the task, drawn with the random
+      stream it is given (the `extra` source).
 
   Returns:
-    At most `config.max_tests` cases, in generation order.
+    At most `config.max_tests` cases, the sources in turn (`SOURCES`).
   """
   rng = random.Random(f"augment:{config.seed}:{salt}")
-  pool_inputs = [(list(a), dict(k)) for a, k in seeds]
-  domain = mutate.Domain.from_seeds(pool_inputs)
+  seeds = [(list(a), dict(k)) for a, k in seeds]
+  domain = mutate.Domain.from_seeds(seeds)
+  seen = {input_key(a, k) for a, k in seeds}
+
+  def admit(new: tuple[list, dict]) -> bool:
+    try:
+      key = input_key(*new)
+    except (wire.EncodeError, RecursionError):
+      return False
+    if key in seen or len(key) > config.max_input_chars:
+      return False
+    seen.add(key)
+    return precondition is None or _holds(precondition, *new)
+
+  def keep(source: str, candidates: list) -> list[Case]:
+    runs = run_reference(pool, code, entry_point, candidates, config)
+    kept = []
+    for (args, kwargs), run in zip(candidates, runs, strict=True):
+      if run is None:
+        continue
+      case = Case(args, kwargs, run.output, source)
+      if accept is None or _holds(accept, case):
+        kept.append(case)
+    return kept
+
+  by_source = {}
+  generator = generate.Generator(rng, domain, seeds)
+  streams = {kind: generator.candidates(kind) for kind in generate.KINDS}
+  streams["extra"] = iter(() if extra is None else extra(rng))
+  for source in SOURCES[:-1]:
+    candidates = _take(streams[source], admit, config.candidates_per_kind)
+    by_source[source] = keep(source, candidates)
+  by_source["mutation"] = _mutants(rng, domain, seeds, admit, keep, config)
+  return _interleave([by_source[s] for s in SOURCES], config.max_tests)
+
+
+def _take(stream: Iterator, admit: Callable, wanted: int) -> list:
+  """Up to `wanted` admitted items of `stream` (a bounded number tried)."""
+  taken = []
+  for _ in range(_ATTEMPTS_PER_CANDIDATE * wanted):
+    if len(taken) >= wanted:
+      break
+    new = next(stream, None)
+    if new is None:
+      break
+    if admit(new):
+      taken.append(new)
+  return taken
+
+
+def _mutants(
+  rng: random.Random,
+  domain: mutate.Domain,
+  seeds: list,
+  admit: Callable,
+  keep: Callable,
+  config: AugmentConfig,
+) -> list[Case]:
+  """Rounds of mutations of the seeds and of the mutants kept so far."""
   mutator = mutate.Mutator(rng, domain)
-  seen = {input_key(a, k) for a, k in pool_inputs}
-  accepted: list[Case] = []
+  pool_inputs = list(seeds)
+  kept: list[Case] = []
   for _ in range(config.rounds):
-    if len(accepted) >= config.max_tests or not pool_inputs:
+    if len(kept) >= config.max_tests or not pool_inputs:
       break
     candidates = []
     attempts = _ATTEMPTS_PER_CANDIDATE * config.candidates_per_round
@@ -266,26 +374,20 @@ def augment(
       args, kwargs = rng.choice(pool_inputs)
       times = rng.randint(1, config.max_mutations)
       new = mutator.mutate_input(args, kwargs, times)
-      try:
-        key = input_key(*new)
-      except wire.EncodeError:
-        continue
-      if key in seen or len(key) > config.max_input_chars:
-        continue
-      seen.add(key)
-      if precondition is not None and not _holds(precondition, *new):
-        continue
-      candidates.append(new)
-    runs = run_reference(pool, code, entry_point, candidates, config)
-    for (args, kwargs), run in zip(candidates, runs, strict=True):
-      if run is None:
-        continue
-      case = Case(args, kwargs, run.output)
-      if accept is not None and not _holds(accept, case):
-        continue
-      accepted.append(case)
-      pool_inputs.append((args, kwargs))
-  return accepted[: config.max_tests]
+      if admit(new):
+        candidates.append(new)
+    for case in keep("mutation", candidates):
+      kept.append(case)
+      pool_inputs.append((case.args, case.kwargs))
+  return kept
+
+
+def _interleave(lists: list[list], limit: int) -> list:
+  """One item of each list in turn (skipping exhausted ones), `limit` in all."""
+  out = []
+  for i in range(max(map(len, lists), default=0)):
+    out += [items[i] for items in lists if i < len(items)]
+  return out[:limit]
 
 
 def _holds(check: Callable, *args) -> bool:

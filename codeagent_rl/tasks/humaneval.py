@@ -13,22 +13,39 @@ Per problem:
   arguments and the output. Each distinct call becomes a test `{"args",
   "kwargs", "expected"}` in the order `check` made it. Checks that draw
   inputs from the `random` module get it seeded with `record_seed` first.
-- Where `check` tests a property rather than equality, the tests of that
-  problem are `checker` tests that replay the original assertion on the
+- Where `check` tests a property rather than equality, the suite-A tests
+  of that problem are `checker` tests that replay the original assertion on the
   host (`CHECKERS`): HumanEval/32 (`find_zero`: any zero of the polynomial
   passes) and HumanEval/2 and /4 (`abs(output - expected) < 1e-6`, the
   original tolerance, not the judge's). `tests/tasks/humaneval_test.py`
   reads every `check` and asserts that no other problem compares anything
   but the candidate's return value for equality (HumanEval/33 and /37 wrap
   both sides in `tuple()`, which equality on the list output covers).
-- **Suite B** (`heldout_tests`) is `augment.augment` of suite A's inputs,
-  with the expected values (or the same checker) from running the canonical
-  solution in the sandbox. Mutants stay in the domain the seeds show;
-  the input contracts of the prompts that this does not keep, and on which
-  the canonical output is arbitrary, are preconditions (`CONTRACTS`).
-  Every emitted test, in both suites, is checked against the canonical
-  output on the host, so the canonical solution passes both suites by
-  construction.
+- **Suite B** (`heldout_tests`) is differential testing against the
+  canonical solution: `augment.augment` draws up to 100 new inputs per
+  problem from the types, ranges and alphabets of suite A's inputs
+  (boundary values, structured strings and lists, random draws at several
+  sizes and magnitudes; `generate.py`) and mutates suite A's inputs
+  (`mutate.py`), keeps those that satisfy the problem's input contract
+  (`CONTRACTS`) and on which the canonical solution returns plain data
+  within the trace-event budget, and expects the canonical output on each.
+  No suite-B test copies suite A's checker: HumanEval/2 and /4 expect
+  plain values, compared with the judge's float tolerance (rel 1e-6, abs
+  1e-9) rather than the original absolute 1e-6. The inputs keep that
+  stricter comparison fair to any correct float algorithm: generated
+  floats stay below 1e4 in magnitude, where two correct sums of up to 60
+  of them differ by ~1e-10. HumanEval/32 (`find_zero`, any zero passes)
+  draws polynomials with exactly one simple real zero besides the generic
+  inputs (`EXTRA_INPUTS`): where Sturm's theorem finds exactly one real
+  zero, squarefree, the test expects the canonical zero, which an exact
+  sign change shows to lie within 1e-10 relative of the true one
+  (`ANSWER_CHECKS`); only where the zero is not unique is the test the
+  property checker (`PROPERTY_ONLY`). `metadata["oracle"]` says which:
+  `"reference"` (every suite-B test expects the canonical output) or
+  `"property"` (some are property checkers: HumanEval/32 only);
+  `check_oracle` validates it. Every emitted test, in both suites, is
+  checked against the canonical output on the host, so the canonical
+  solution passes both suites by construction.
 - **Visible tests** are the first `num_visible` tests of suite A, which
   keeps them: suite A *is* HumanEval's test, so that suite-A pass@1 is the
   HumanEval metric. Suite B shares no input with suite A (nor with the
@@ -38,7 +55,7 @@ Per problem:
 
 The output is deterministic: the same flags and sandbox interpreter give the
 same bytes (`random` is seeded, and suite B is chosen by trace-event counts,
-not by timing).
+not by timing; the time limit is a backstop far above the budget).
 """
 
 from __future__ import annotations
@@ -47,7 +64,10 @@ from collections.abc import Callable
 from collections.abc import Sequence
 import concurrent.futures
 import dataclasses
+import fractions
 import importlib.metadata
+import math
+import random
 import re
 import sys
 from typing import Any
@@ -196,6 +216,122 @@ CHECKERS: dict[str, Callable[[list, dict, Any], str]] = {
 }
 
 
+# --- HumanEval/32: where the zero is unique -----------------------------------
+
+# Degree above which suite B does not decide uniqueness (Sturm chains in
+# exact fractions grow fast; the seeds have degree <= 9).
+_MAX_STURM_DEGREE = 12
+
+
+def _trim(p: list) -> list:
+  while p and p[-1] == 0:
+    p = p[:-1]
+  return p
+
+
+def _rem(a: list, b: list) -> list:
+  """The remainder of a / b (coefficients lowest first, exact)."""
+  a = list(a)
+  while len(a) >= len(b) and a:
+    factor, shift = a[-1] / b[-1], len(a) - len(b)
+    for i, c in enumerate(b):
+      a[i + shift] -= factor * c
+    a = _trim(a[:-1])
+  return a
+
+
+def real_zeros(xs: Sequence[int]) -> tuple[int, bool] | None:
+  """(distinct real zeros, squarefree) of the polynomial `xs`, exactly.
+
+  Sturm's theorem over fractions; None above `_MAX_STURM_DEGREE`.
+  """
+  p = _trim([fractions.Fraction(c) for c in xs])
+  if len(p) - 1 > _MAX_STURM_DEGREE or len(p) < 2:
+    return None
+  chain = [p, [i * c for i, c in enumerate(p)][1:]]
+  while chain[-1] and len(chain[-1]) > 1:
+    chain.append([-c for c in _rem(chain[-2], chain[-1])])
+  chain = [q for q in chain if q]
+
+  def changes(signs: list[int]) -> int:
+    signs = [v for v in signs if v]
+    return sum(a != b for a, b in zip(signs[:-1], signs[1:], strict=True))
+
+  at_plus = [1 if q[-1] > 0 else -1 for q in chain]
+  at_minus = [
+    s * (-1) ** (len(q) - 1) for s, q in zip(at_plus, chain, strict=True)
+  ]
+  squarefree = len(chain[-1]) == 1
+  return changes(at_minus) - changes(at_plus), squarefree
+
+
+def _one_simple_zero(xs: Sequence[int]) -> bool:
+  found = real_zeros(xs)
+  return found is not None and found == (1, True)
+
+
+def _zero_within(args: list, output: Any) -> bool:
+  """The zero lies within the judge's tolerance of `output` (exactly).
+
+  The polynomial changes sign over output -+ 1e-10 * max(1, |output|),
+  a tenth of the judge's tolerance around the expected value.
+  """
+  if type(output) is not float or not math.isfinite(output):
+    return False
+  xs = [fractions.Fraction(c) for c in args[0]]
+  delta = fractions.Fraction(1, 10**10) * max(
+    1, abs(fractions.Fraction(output))
+  )
+
+  def value(x):
+    return sum(c * x**i for i, c in enumerate(xs))
+
+  centre = fractions.Fraction(output)
+  return value(centre - delta) * value(centre + delta) <= 0
+
+
+def _one_zero_polynomials(rng: random.Random):
+  """Polynomials a (q x - p) times 0 to 2 quadratics without real zeros."""
+  while True:
+    q, p = rng.randint(1, 3), rng.randint(-12, 12)
+    poly = [-p * rng.choice((1, -1)), q]
+    for _ in range(rng.randint(0, 2)):
+      b = rng.randint(-6, 6)
+      c = rng.randint(b * b // 4 + 1, b * b // 4 + 9)
+      poly = _times(poly, [c, b, 1])
+    scale = rng.choice((1, 2, 3, -1, -2))
+    yield [[scale * c for c in poly]], {}
+
+
+def _times(a: list, b: list) -> list:
+  out = [0] * (len(a) + len(b) - 1)
+  for i, x in enumerate(a):
+    for j, y in enumerate(b):
+      out[i + j] += x * y
+  return out
+
+
+# Problems where only some suite-B inputs have a unique answer: task_id ->
+# predicate over the arguments (True: the answer is unique, so the test
+# expects the canonical output; False: the test is the property checker).
+PROPERTY_ONLY: dict[str, Callable[..., bool]] = {
+  "HumanEval/32": _one_simple_zero,
+}
+# Where a suite-B answer is a float the reference only approximates: a
+# host-side check that it lies within the judge's tolerance of the truth.
+ANSWER_CHECKS: dict[str, Callable[[list, Any], bool]] = {
+  "HumanEval/32": _zero_within,
+}
+# Inputs a problem's suite B draws besides the generic ones: task_id ->
+# generator of (args, kwargs) over a random stream.
+EXTRA_INPUTS: dict[str, Callable[[random.Random], Any]] = {
+  "HumanEval/32": _one_zero_polynomials,
+}
+# What `metadata["oracle"]` may say: every suite-B test expects the
+# reference's output, or some are property checkers.
+ORACLES = ("reference", "property")
+
+
 def _ints(*values) -> bool:
   return all(type(v) is int for v in values)
 
@@ -251,10 +387,54 @@ def _algebra_contract(ops, operands):
   )
 
 
-# Input contracts from the prompts that mutating within the seeds' domain
-# does not keep, and on which the canonical solution's output is arbitrary
-# (so correct solutions may disagree with it): task_id -> predicate over the
-# positional arguments (`check` passes no keyword arguments).
+def _hex_contract(num):
+  # "hexadecimal number as a string ... A,B,C,D,E,F are always uppercase":
+  # a correct solution may parse each digit (int(c, 16) raises on "G").
+  # (suite A also calls it with [], which has no digits either).
+  return set(num) <= set("0123456789ABCDEF")
+
+
+def _closest_integer_contract(value):
+  # A number a float holds exactly: past 15 digits the canonical solution
+  # rounds float(value), which an exact (decimal) solution does not.
+  digits = value.replace("-", "").replace(".", "")
+  return type(value) is str and len(digits) <= 15
+
+
+def _simplify_contract(x, n):
+  # "<numerator>/<denominator> ... positive whole numbers": the canonical
+  # solution tests divisibility with a float division, exact below 2**53.
+  parts = [re.fullmatch(r"(\d+)/(\d+)", f) for f in (x, n)]
+  if not all(parts):
+    return False
+  (a, b), (c, d) = (map(int, m.groups()) for m in parts)
+  return min(a, b, c, d) >= 1 and a * c < 2**53 and b * d < 2**53
+
+
+def _sentence_contract(sentence):
+  # Words of letters separated by one space, 1 <= len <= 100: with other
+  # spacing split() and split(" ") (both correct here) disagree.
+  return (
+    type(sentence) is str
+    and len(sentence) <= 100
+    and re.fullmatch(r"[A-Za-z]+( [A-Za-z]+)*", sentence) is not None
+  )
+
+
+def _add_elements_contract(arr, k):
+  # "at most two digits": the canonical solution counts the minus sign as
+  # a digit (len(str(-15)) == 3), so -99..-10 are where it is arbitrary.
+  return (
+    _ints(k) and 1 <= k <= len(arr) and not any(-99 <= v <= -10 for v in arr)
+  )
+
+
+# Input contracts from the prompts that the generated and mutated inputs do
+# not keep by themselves (suite B draws empty and single-item values, other
+# characters of a class the seeds use, magnitudes up to 10**9), and on which
+# the canonical solution's output is arbitrary (so correct solutions may
+# disagree with it): task_id -> predicate over the positional arguments
+# (`check` passes no keyword arguments).
 CONTRACTS: dict[str, Callable[..., bool]] = {
   # Balanced groups, spaces ignored.
   "HumanEval/1": lambda s: _parens(s) and _balanced(s.replace(" ", "")),
@@ -262,7 +442,33 @@ CONTRACTS: dict[str, Callable[..., bool]] = {
   "HumanEval/6": lambda s: (
     _parens(s) and all(_balanced(g) for g in s.split(" ") if g)
   ),
+  # "two strings a and b consisting only of 1s and 0s": zip() truncates
+  # where the lengths differ, int(a, 2) raises on "".
+  "HumanEval/11": lambda a, b: len(a) == len(b) and _parens(a + b, "01"),
+  # An empty substring occurs len + 1 times for count-style solutions and
+  # never for find-loop ones.
+  "HumanEval/18": lambda string, substring: len(substring) >= 1,
+  # "of length at least two" (the canonical solution returns None).
+  "HumanEval/20": lambda numbers: len(numbers) >= 2,
+  "HumanEval/21": lambda numbers: len(numbers) >= 2,
   "HumanEval/32": _find_zero_contract,
+  "HumanEval/78": _hex_contract,
+  # Grade point averages run from 0.0 to 4.0 (above 4.0 the canonical
+  # solution says "A", and ">= 4.0 is A+" solutions "A+").
+  "HumanEval/81": lambda grades: all(0 <= g <= 4.0 for g in grades),
+  "HumanEval/99": _closest_integer_contract,
+  # "It is assumed that the input lists will be non-empty."
+  "HumanEval/110": lambda lst1, lst2: len(lst1) >= 1 and len(lst2) >= 1,
+  "HumanEval/122": _add_elements_contract,
+  "HumanEval/143": _sentence_contract,
+  "HumanEval/144": _simplify_contract,
+  # "Ignore numbers that are negative or not integers": 3.0 is either.
+  "HumanEval/151": lambda lst: (
+    not any(type(v) is float and v.is_integer() for v in lst)
+  ),
+  # An empty pattern: every rotation check of the canonical solution is
+  # True, `any(... for i in range(0))` solutions say False.
+  "HumanEval/154": lambda a, b: len(b) >= 1,
   # "base numbers are less than 10".
   "HumanEval/44": lambda x, base: _ints(x, base) and x >= 0 and 2 <= base < 10,
   # 2^0 mod 1 is 0; the canonical solution returns 1.
@@ -288,7 +494,6 @@ CONTRACTS: dict[str, Callable[..., bool]] = {
     len(lst) == 2 and all(_parens(s, "()") for s in lst)
   ),
   "HumanEval/120": lambda arr, k: _ints(k) and 0 <= k <= len(arr),
-  "HumanEval/122": lambda arr, k: _ints(k) and 1 <= k <= len(arr),
   # Intervals (start, end) with start <= end.
   "HumanEval/127": lambda a, b: all(
     len(i) == 2 and _ints(*i) and i[0] <= i[1] for i in (a, b)
@@ -404,13 +609,27 @@ def recorded_calls(problem: dict, result: jobs.JobResult) -> list[tuple]:
 
 
 def make_test(task_id: str, args: list, kwargs: dict, output: Any) -> dict:
-  """The test of one call, from the canonical solution's output."""
+  """The suite-A test of one call, from the canonical solution's output."""
   test = {"args": args, "kwargs": kwargs}
   if task_id in CHECKERS:
     test["checker"] = CHECKERS[task_id](args, kwargs, output)
   else:
     test["expected"] = output
   return test
+
+
+def make_heldout_test(
+  task_id: str, args: list, kwargs: dict, output: Any
+) -> dict:
+  """The suite-B test of one input: the canonical output, expected.
+
+  Only where no unique answer exists (`PROPERTY_ONLY`: a polynomial of
+  HumanEval/32 with several real zeros) is it the property checker.
+  """
+  unique = PROPERTY_ONLY.get(task_id)
+  if unique is not None and not unique(*args):
+    return make_test(task_id, args, kwargs, output)
+  return {"args": args, "kwargs": kwargs, "expected": output}
 
 
 def canonical_passes(test: dict, output: Any) -> bool:
@@ -421,10 +640,32 @@ def canonical_passes(test: dict, output: Any) -> bool:
 
 def _accept_for(task_id: str) -> Callable[[augment.Case], bool]:
   def accept(case: augment.Case) -> bool:
-    test = make_test(task_id, case.args, case.kwargs, case.output)
+    test = make_heldout_test(task_id, case.args, case.kwargs, case.output)
+    if "expected" in test and task_id in ANSWER_CHECKS:
+      if not ANSWER_CHECKS[task_id](case.args, case.output):
+        return False
     return canonical_passes(test, case.output)
 
   return accept
+
+
+def oracle_of(heldout: Sequence[dict]) -> str:
+  """`"property"` if a suite-B test is a checker, else `"reference"`."""
+  return "property" if any("checker" in t for t in heldout) else "reference"
+
+
+def check_oracle(task: schema.Task) -> None:
+  """Raises ValueError unless `metadata["oracle"]` says what suite B is."""
+  oracle = task.metadata.get("oracle")
+  if oracle not in ORACLES:
+    raise ValueError(
+      f"{task.task_id}: metadata.oracle={oracle!r}: must be one of {ORACLES}."
+    )
+  if oracle != oracle_of(task.heldout_tests):
+    raise ValueError(
+      f"{task.task_id}: metadata.oracle={oracle!r} but suite B is"
+      f" {oracle_of(task.heldout_tests)!r}."
+    )
 
 
 def convert_problem(
@@ -462,9 +703,12 @@ def convert_problem(
     salt=task_id,
     precondition=contract,
     accept=_accept_for(task_id),
+    extra=EXTRA_INPUTS.get(task_id),
   )
-  heldout = [make_test(task_id, c.args, c.kwargs, c.output) for c in cases]
-  return schema.Task(
+  heldout = [
+    make_heldout_test(task_id, c.args, c.kwargs, c.output) for c in cases
+  ]
+  task = schema.Task(
     task_id=task_id,
     prompt=problem["prompt"],
     entry_point=problem["entry_point"],
@@ -476,9 +720,12 @@ def convert_problem(
     metadata={
       "source": f"{PACKAGE} {version}",
       "checker": task_id in CHECKERS,
+      "oracle": oracle_of(heldout),
       "suite_b_seed": config.augment.seed,
     },
   )
+  check_oracle(task)
+  return task
 
 
 def convert(

@@ -50,6 +50,13 @@ _MAX_EXAMPLES = 8
 _DEFAULT_ALPHABET = string.ascii_lowercase + string.digits + " "
 
 
+# The types a domain records, by name (its keys carry the name).
+_TYPES = {
+  t.__name__: t
+  for t in (type(None), bool, int, float, str, list, tuple, dict, set)
+} | {"frozenset": frozenset}
+
+
 def _child(path: tuple, step: Any) -> tuple:
   return (*path, step)
 
@@ -90,6 +97,10 @@ class Domain:
   def stats(self, path: tuple, kind: type) -> _Stats | None:
     """The stats of `kind` values at `path`, None if the seeds have none."""
     return self._stats.get((path, kind.__name__))
+
+  def types(self, path: tuple) -> list[type]:
+    """The types the seeds show at `path`, in the order first seen."""
+    return [_TYPES[name] for p, name in self._stats if p == path]
 
   def examples(self, path: tuple) -> list:
     """Seed values at `path` (any type), for filling empty containers."""
