@@ -1,4 +1,4 @@
-"""Tests of suite-B augmentation: reference runs in the sandbox, filtering."""
+"""Tests of suite-B augmentation: sources, reference runs, filtering."""
 
 import dataclasses
 
@@ -6,6 +6,7 @@ import pytest
 
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import jobs
 from codeagent_rl.tasks import augment
 
 # Short limits: the references here are tiny, except the ones meant to fail.
@@ -69,6 +70,7 @@ def pool():
   "field,value,match",
   [
     ("max_tests", 0, "max_tests=0"),
+    ("candidates_per_kind", -1, "candidates_per_kind=-1"),
     ("batch_size", 1.5, "batch_size=1.5"),
     ("max_events", -1, "max_events=-1"),
     ("seed", "0", "seed='0'"),
@@ -191,6 +193,61 @@ def test_raising_checks_reject(pool):
     pool, PAIR, "f", PAIR_SEEDS, CONFIG, precondition=broken
   )
   assert not augment.augment(pool, PAIR, "f", PAIR_SEEDS, CONFIG, accept=broken)
+
+
+def test_every_source_contributes_in_turn(pool):
+  cases = augment.augment(pool, PAIR, "f", PAIR_SEEDS, CONFIG)
+  sources = [c.source for c in cases]
+  assert set(sources) == {"boundary", "structured", "random", "mutation"}
+  # The first of each source, in SOURCES order, then the second of each.
+  assert sources[:4] == ["boundary", "structured", "random", "mutation"]
+  # Generated inputs reach beyond the seeds: empty and long strings, large
+  # ints (the seeds have n <= 5 and len(s) <= 3).
+  assert any(c.args[1] == "" for c in cases)
+  assert any(c.args[0] > 100 for c in cases)
+
+
+def test_extra_inputs_come_first(pool):
+  def extra(rng):
+    while True:
+      yield [rng.randint(1000, 2000), "extra"], {}
+
+  cases = augment.augment(pool, PAIR, "f", PAIR_SEEDS, CONFIG, extra=extra)
+  assert cases[0].source == "extra" and cases[0].args[1] == "extra"
+  assert sum(c.source == "extra" for c in cases) >= 5
+
+
+def test_mutation_only(pool):
+  config = dataclasses.replace(CONFIG, candidates_per_kind=0)
+  cases = augment.augment(pool, PAIR, "f", PAIR_SEEDS, config)
+  assert cases and {c.source for c in cases} == {"mutation"}
+
+
+SQUARES = """
+def f(n):
+  x = 3
+  for _ in range(n):
+    x = x * x
+  return x % 1000
+"""
+
+
+def test_huge_ints_end_the_reference_early(pool):
+  # Squaring 40 times builds a 2**40-bit int in ~120 trace events: the bit
+  # cap ends the call as over budget, not the time limit.
+  job = jobs.Job.function(
+    SQUARES + augment._COUNTER,
+    augment._COUNTED_ENTRY,
+    [
+      (["f", CONFIG.max_events, augment.MAX_INT_BITS, [n], {}], {})
+      for n in (5, 40)
+    ],
+    timeout_s=8.0,
+    test_timeout_s=5.0,
+  )
+  small, huge = pool.submit(job).result().tests
+  assert small.status == "ok" and small.output == [False, pow(3, 32, 1000)]
+  assert huge.status == "ok" and huge.output == [True, None]
 
 
 def test_expected_tests():

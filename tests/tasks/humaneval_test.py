@@ -149,12 +149,21 @@ def test_task_fields(tasks, problems):
 
 
 def test_checker_tests(tasks):
+  # Suite A replays the original property checks.
   for task_id in ("HumanEval/2", "HumanEval/32"):
-    suites = tasks[task_id].hidden_tests + tasks[task_id].heldout_tests
-    assert all("checker" in t and "expected" not in t for t in suites)
+    hidden = tasks[task_id].hidden_tests
+    assert all("checker" in t and "expected" not in t for t in hidden)
+  # Suite B never copies them: plain values, except the find_zero inputs
+  # whose zero is not unique.
+  assert all("expected" in t for t in tasks["HumanEval/2"].heldout_tests)
+  heldout = tasks["HumanEval/32"].heldout_tests
+  assert any("expected" in t for t in heldout)
+  assert any("checker" in t for t in heldout)
   for task_id in ("HumanEval/12", "HumanEval/21", "HumanEval/87"):
     suites = tasks[task_id].hidden_tests + tasks[task_id].heldout_tests
     assert all("expected" in t for t in suites)
+  oracles = {t.task_id: t.metadata["oracle"] for t in tasks.values()}
+  assert {k for k, v in oracles.items() if v == "property"} == {"HumanEval/32"}
 
 
 def _verdict(test: dict, output) -> bool:
@@ -173,6 +182,7 @@ def test_find_zero_checker_accepts_any_zero(tasks):
 
 
 def test_abs_tolerance_checker(tasks):
+  """Suite A of HumanEval/2 keeps the original absolute tolerance."""
   (test,) = [t for t in tasks["HumanEval/2"].hidden_tests if t["args"] == [3.5]]
   assert _verdict(test, 0.5) and _verdict(test, 0.5 + 5e-7)
   assert not _verdict(test, 0.5 + 2e-6)
@@ -187,7 +197,7 @@ def test_suite_b_is_new_inputs(tasks):
     heldout = [
       augment.input_key(t["args"], t["kwargs"]) for t in task.heldout_tests
     ]
-    assert len(heldout) >= 10, task.task_id
+    assert len(heldout) >= 50, task.task_id
     assert len(set(heldout)) == len(heldout)
     assert not hidden & set(heldout), task.task_id
 

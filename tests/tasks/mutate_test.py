@@ -172,6 +172,14 @@ def test_set_ops_keep_the_set_type():
   assert type(m.mutate(frozenset({4}), ARG, "add")) is frozenset
 
 
+def test_domain_types_in_the_order_seen():
+  domain = mutate.Domain.from_seeds([([[1, "a"], 2.5], {}), ([[None], 3], {})])
+  assert domain.types(("arg", 0)) == [list]
+  assert domain.types(("arg", 0, "item")) == [int, str, type(None)]
+  assert domain.types(("arg", 1)) == [float, int]
+  assert domain.types(("arg", 2)) == []
+
+
 def test_none_is_kept():
   m = _mutator(None)
   assert m.mutate(None, ARG) is None
