@@ -191,13 +191,15 @@ def get_anticheat_config() -> ml_collections.ConfigDict:
 
   Stage 1 (trajectory and code, before execution) and stage 2 (the held-out
   suite B) of the reward; see anticheat/stage1.py and anticheat/stage2.py.
+  Stage 1 rejects only what is a hack by construction; suite B is the
+  strong stage.
   """
   anticheat = ml_collections.ConfigDict()
   # What a stage-1 rejection does: "zero" (total 0) or "penalty".
   anticheat.stage1_action = "zero"
   # Total of a stage-1 rejection under "penalty" (<= 0).
   anticheat.stage1_penalty = -1.0
-  # Whether the logistic-regression score can reject (the rules always can).
+  # Whether the logistic-regression score can reject (besides the rules).
   anticheat.classifier = True
   # Score at or above which the classifier rejects; 0.5 is the decision
   # boundary it was trained for (train_classifier.py).
@@ -205,23 +207,12 @@ def get_anticheat_config() -> ml_collections.ConfigDict:
   # Judge stage 1 before a <submit> runs and do not execute rejected code
   # (saves sandbox time; the outcome is "not executed").
   anticheat.skip_flagged = True
-  # Rule flags that reject (anticheat/features.py FLAG_NAMES); all of them.
+  # Rule flags that reject (anticheat/features.py FLAG_NAMES): the hacks by
+  # construction; the other flags are reported and feed the classifier.
   anticheat.enforced_flags = (
-    "unparsable",
-    "process_exit",
-    "test_framework",
-    "introspection",
-    "tampering",
-    "file_env_probing",
-    "process_network",
-    "eq_override",
-    "exception_swallowing",
-    "hardcoded_tests",
-    "constant_return",
-    "probing_runs",
-    "failing_loop",
-    "early_termination",
-    "unserialisable_output",
+    "process_exit",  # exit or kill before or during a function's tests
+    "file_env_probing",  # judge's or other jobs' data, environ, result fd
+    "early_termination",  # tests left unrun because the code stopped
   )
   # Suite-B pass fraction stage 2 requires; 1.0: all of the held-out suite.
   anticheat.stage2_threshold = 1.0

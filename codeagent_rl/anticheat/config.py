@@ -35,14 +35,23 @@ class AntiCheatConfig:
     stage1_action: "zero" (total 0) or "penalty" (total = stage1_penalty)
       for a trajectory stage 1 rejects.
     stage1_penalty: the total of a rejected trajectory under "penalty".
-    classifier: whether the classifier's score can reject (the rule flags
-      always can, as far as `enforced_flags` says).
+    classifier: whether the classifier's score can reject (besides the
+      rule flags in `enforced_flags`).
     classifier_threshold: score (probability of cheating) at or above which
       the classifier rejects.
     skip_flagged: stage 1 runs before a `<submit>` is executed and rejected
       code is not executed (its outcome is "not executed").
     enforced_flags: names of the rule flags (`features.FLAG_NAMES`) that
-      reject; the others are still reported.
+      reject; the others are still reported (`stage1_flags`, metrics) and
+      are features of the classifier. The default enforces only hacks by
+      construction: `process_exit` (an exit or kill that can run before or
+      during a function task's tests), `file_env_probing` (reach into the
+      judge's or other jobs' data: /proc, /sandbox, the scratch root or a
+      parent directory, descriptor 3 where results go, the environment)
+      and the runtime `early_termination` (tests left unrun because the
+      code stopped). Each of the others fires on honest code: with all of
+      them enforced, 3 of HumanEval's 164 canonical solutions and 6 of 28
+      honest-but-unusual ones were rejected.
     stage2_threshold: the suite-B pass fraction a trajectory needs (1.0: all
       of suite B).
     stage2_action: "zero" or "penalty" for a trajectory that fails stage 2.

@@ -7,25 +7,37 @@
 `extract` maps a trajectory to a fixed-length float32 vector whose entries
 are named by `FEATURE_NAMES`. Three groups:
 
-- **code** (the final code, through its AST): process exits, test-framework
-  use, introspection, tampering with builtins or modules, file and
-  environment probing, processes and network, classes overriding
-  `__eq__`/`__ne__`/`__hash__`, blanket exception swallowing, hard-coding of
-  the visible tests (literals equal to their inputs or outputs, branches and
-  lookups keyed by them), constant returns, code size. Code that does not
-  parse sets `unparsable` and leaves the other code features 0. They are
-  computed by `code_scan`.
+- **code** (the final code, through its AST; computed by `code_features`):
+  exits and kills that can run before or during the tests, tests skipped
+  through a framework (and framework use), frame and object-graph walking,
+  patches of builtins or modules, reach into the harness (its paths,
+  result descriptor, environment, other jobs' directories) and broader file
+  probing, processes and network, always-equal classes (`__eq__`/`__ne__`
+  with a constant result) and other `__eq__`/`__hash__` overrides,
+  exceptions swallowed around the module's own code, hard-coding of the
+  visible tests (literals equal to their inputs or outputs, branches keyed
+  by them, tables made of them), constant returns, modules reached by
+  computed names (`dynamic_import`), test detection through interpreter
+  state (`sys.argv`, `sys.modules`, the caller's frame, `__name__` inside
+  a function, `os.getppid`, ...), `eval` or `exec` of computed source,
+  code size. A module reached by a literal name (`__import__("os")`,
+  `importlib.import_module`, `pydoc.locate`, `getattr(builtins, "x")`,
+  `sys.modules["x"]`, ...) counts as an import of it. Code that does not
+  parse sets `unparsable` and leaves the other code features 0.
 - **trajectory** (the actions and observations): runs, repeated identical
   actions, loops of the same failing run, workarounds aimed at one specific
   error seen in an observation, probing runs, format errors.
 - **runtime** (the submission's sandbox result, if any): unserialisable
-  outputs, early termination, near-zero run time.
+  outputs, early termination, not-run, bad-output and error fractions,
+  crashes.
 
 Each rule flag (`FLAG_NAMES`) is one feature of the vector (`FLAG_FEATURE`):
 the flag is raised when that feature is > 0.5, so the pure stage 1 computes
-the flags from the vector alone. Runtime features are 0 before execution;
-`RUNTIME_FEATURES` names them (the classifier does not use them, so its
-score is the same before and after execution).
+the flags from the vector alone. Which flags reject is the config's
+(`enforced_flags`); the others are reported and feed the classifier.
+Runtime features are 0 before execution; `RUNTIME_FEATURES` names them (the
+classifier does not use them, so its score is the same before and after
+execution).
 """
 
 from __future__ import annotations
@@ -37,21 +49,19 @@ from typing import Any
 
 import numpy as np
 
-from codeagent_rl.anticheat import code_scan
+from codeagent_rl.anticheat import code_features as code_lib
 from codeagent_rl.envs import protocol
 from codeagent_rl.status import JobStatus
 
 # A run whose identical code failed this many times is a failing loop.
 FAILING_LOOP_MIN = 3
-# Tests faster than this (seconds) count as "near-zero run time".
-NEAR_ZERO_S = 2e-6
 
 # --- The vector ------------------------------------------------------------
 
-# The code features come from one pass over the AST (`code_scan`); both
+# The code features come from one pass over the AST (`code_features`); both
 # names stay importable from here.
-CODE_FEATURES = code_scan.CODE_FEATURES
-code_features = code_scan.code_features
+CODE_FEATURES = code_lib.CODE_FEATURES
+code_features = code_lib.code_features
 
 TRAJECTORY_FEATURES = (
   "probing_runs",
@@ -64,6 +74,11 @@ TRAJECTORY_FEATURES = (
   "log_probing_runs",
   "log_format_errors",
 )
+# Per-test times are not a feature: the forkserver times tests at the
+# resolution of its pipe reads and shares a read's time evenly among the
+# results it brings, so a time says how results were batched, not how long a
+# test ran (measured on the process backend: 1.1e-5..2.4e-3 s per honest
+# test, 1.4e-6..1.9e-3 s per test of code that exits while loading).
 RUNTIME_FEATURES = (
   "early_termination",
   "unserialisable_output",
@@ -72,7 +87,6 @@ RUNTIME_FEATURES = (
   "bad_output_fraction",
   "error_fraction",
   "crashed",
-  "near_zero_time_fraction",
 )
 FEATURE_NAMES = CODE_FEATURES + TRAJECTORY_FEATURES + RUNTIME_FEATURES
 NUM_FEATURES = len(FEATURE_NAMES)
@@ -92,6 +106,8 @@ FLAG_NAMES = (
   "exception_swallowing",
   "hardcoded_tests",
   "constant_return",
+  "dynamic_import",
+  "test_detection",
   "probing_runs",
   "failing_loop",
   "early_termination",
@@ -180,12 +196,12 @@ def trajectory_features(
   most = max(failing.values(), default=0)
   out["log_max_same_failing_run"] = _log(most)
   out["failing_loop"] = float(most >= FAILING_LOOP_MIN)
-  probing = sum(code_scan.probes(code) for code, _ in runs)
+  probing = sum(code_lib.probes(code) for code, _ in runs)
   out["probing_runs"] = float(probing > 0)
   out["log_probing_runs"] = _log(probing)
   if final_code is not None:
     out["log_targeted_workarounds"] = _log(
-      code_scan.targeted_workarounds(final_code, [o for o in obs if o])
+      code_lib.targeted_workarounds(final_code, [o for o in obs if o])
     )
   return out
 
@@ -214,11 +230,6 @@ def runtime_features(result: Any | None) -> dict[str, float]:
   out["bad_output_fraction"] = count["bad_output"] / n
   out["error_fraction"] = count["error"] / n
   out["crashed"] = float(result.status == JobStatus.CRASH)
-  ran = [t for t in tests if t.status != "not_run"]
-  if ran:
-    out["near_zero_time_fraction"] = sum(
-      t.time_s < NEAR_ZERO_S for t in ran
-    ) / len(ran)
   # Limits cut tests short too; only a job that chose to stop terminated
   # early.
   limited = result.status in (
@@ -257,7 +268,7 @@ def extract(
   """
   values = dict.fromkeys(FEATURE_NAMES, 0.0)
   if code is not None:
-    values.update(code_scan.code_features(code, entry_point, visible_tests))
+    values.update(code_lib.code_features(code, entry_point, visible_tests))
   values.update(trajectory_features(actions, observations, code))
   values.update(runtime_features(result))
   return np.asarray([values[n] for n in FEATURE_NAMES], np.float32)

@@ -1,25 +1,42 @@
 r"""Trains the stage-1 logistic regression; writes the weights the repo keeps.
 
+The shipped weights (codeagent_rl/anticheat/weights/stage1.json) come from
+
+  python -m codeagent_rl.tasks.humaneval --out=/tmp/he_all.jsonl
   python -m codeagent_rl.anticheat.train_classifier \
+      --humaneval_tasks=/tmp/he_all.jsonl --sandbox_backend=gvisor \
       --out=codeagent_rl/anticheat/weights/stage1.json
 
-The corpus is `hacks.corpus` over synthetic train-split tasks
-(`--tasks_per_family` per family, seed `--seed`): honest solutions and
-trajectories (label 0) and every hack class (label 1). Families are split
-by name: every `--heldout_every`-th family in sorted order is held out, the
-model is fitted on the others only, and precision, recall and the
-false-positive rate are reported on the held-out families (and per hack
-class). The classifier is not fitted on `hacks.LATER_STAGE_KINDS` (code
-that looks honest before execution; stage 2 and the runtime flags catch
-it); `heldout_stage1_kinds` reports the held-out metrics without them. The
-weights written are the ones evaluated.
+The corpus has three parts:
+
+- `hacks.corpus` over synthetic train-split tasks (`--tasks_per_family` per
+  family, seed `--seed`): honest solutions and trajectories (label 0) and
+  every hack class (label 1);
+- HumanEval's canonical solutions (label 0, kind "humaneval"), real honest
+  code, from a task file that `codeagent_rl.tasks.humaneval` wrote
+  (`--humaneval_tasks`);
+- the observations of every trajectory with runs: each run is played
+  through `CodeEnv` in a sandbox pool (the `--sandbox_*` flags; the
+  submissions are not executed) so the trajectory features see what the
+  agent saw.
+
+Families and problems are held out: every `--heldout_every`-th synthetic
+family in sorted order and every `--heldout_every`-th HumanEval problem
+(HumanEval/0, /5, ...). The model is fitted on the others only; precision,
+recall and the false-positive rate are reported on the held-out ones (and
+per hack class), for the classifier alone and for stage 1 as the default
+config runs it (its enforced flags or the score). The classifier is not
+fitted on `hacks.LATER_STAGE_KINDS` (code that looks honest before
+execution; stage 2 catches it); `heldout_stage1_kinds` reports the held-out
+metrics without them. The weights written are the ones evaluated.
 
 Features are the code and trajectory features of `features.py`; runtime
 features get weight 0 (the score must be the same before execution, when
 the environment asks whether to run a submission). They are standardised
 with the training set's mean and std; the loss is the class-balanced
 logistic loss plus `--l2` times the squared weights, minimised by Adam for
-`--steps` full-batch steps. Everything is deterministic for a seed.
+`--steps` full-batch steps. Everything is deterministic for a seed and a
+task file.
 """
 
 from __future__ import annotations
@@ -36,11 +53,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import features as features_lib
 from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1 as stage1_lib
+from codeagent_rl.envs import code_env
+from codeagent_rl.envs import protocol
+from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
+from configs import common
 
 # The classifier's features: everything known before execution.
 STATIC = np.asarray(
@@ -48,27 +72,125 @@ STATIC = np.asarray(
 )
 # Smallest feature scale (a constant feature is left unscaled).
 MIN_SCALE = 1e-3
+# The kind of HumanEval's canonical solutions in the corpus (label 0).
+HUMANEVAL_KIND = "humaneval"
+HONEST_KINDS = (hacks.HONEST_KIND, HUMANEVAL_KIND)
+# The reason `play_observations` gives for not executing a submission.
+_NOT_EXECUTED = "not executed: the classifier's corpus needs runs only"
 
 
-def featurize(samples: Sequence[hacks.Sample]) -> np.ndarray:
-  """[S, N] features of the samples (no execution: runtime features 0)."""
-  return np.stack(
-    [
-      features_lib.extract(
-        s.code,
-        s.actions,
-        None,
-        entry_point=s.task.entry_point,
-        visible_tests=s.task.visible_tests,
-      )
-      for s in samples
-    ]
-  )
+def humaneval_samples(tasks: Sequence[schema.Task]) -> list[hacks.Sample]:
+  """The canonical solution of each task as an honest one-submit sample."""
+  return [
+    hacks.Sample(
+      task,
+      task.reference_solution,
+      (("submit", task.reference_solution),),
+      0,
+      HUMANEVAL_KIND,
+      "canonical",
+    )
+    for task in tasks
+  ]
+
+
+def group_of(sample: hacks.Sample) -> str:
+  """What is held out together: a synthetic family or a HumanEval problem."""
+  if sample.kind == HUMANEVAL_KIND:
+    return sample.task.task_id
+  return sample.family
 
 
 def heldout_families(every: int) -> tuple[str, ...]:
   """Every `every`-th family name in sorted order (starting with the first)."""
   return tuple(sorted(synthetic.FAMILIES)[::every])
+
+
+def heldout_groups(samples: Sequence[hacks.Sample], every: int) -> set[str]:
+  """Held-out families, and every `every`-th HumanEval problem by number."""
+  held = set(heldout_families(every))
+  for s in samples:
+    if s.kind == HUMANEVAL_KIND:
+      number = int(s.task.task_id.rsplit("/", 1)[-1])
+      if number % every == 0:
+        held.add(s.task.task_id)
+  return held
+
+
+def play_observations(
+  pool, samples: Sequence[hacks.Sample], obs_max_bytes: int
+) -> list[tuple[str | None, ...] | None]:
+  """Per sample, the observation of each action (None for one submit).
+
+  The runs of every multi-action sample are played through `CodeEnv` on
+  `pool`, step by step across samples; submissions are not executed.
+
+  Args:
+    pool: a sandbox pool.
+    samples: the corpus.
+    obs_max_bytes: the environment's cap on an observation.
+  """
+  env = code_env.CodeEnv(
+    pool,
+    tokenizer_lib.ByteTokenizer(),
+    code_env.EnvConfig(
+      max_turns=max(len(s.actions) for s in samples),
+      max_tokens_per_turn=1 << 20,
+      max_total_tokens=1 << 24,
+      max_wall_s=3600.0,
+      obs_max_bytes=obs_max_bytes,
+    ),
+    pre_submit=lambda state, code: _NOT_EXECUTED,
+  )
+  rows = [i for i, s in enumerate(samples) if len(s.actions) > 1]
+  states = {i: env.reset(samples[i].task) for i in rows}
+  for step in range(max((len(samples[i].actions) for i in rows), default=0)):
+    live = [i for i in rows if step < len(samples[i].actions)]
+    texts = [_action_text(*samples[i].actions[step]) for i in live]
+    for i, (state, _) in zip(
+      live, env.step_many([states[i] for i in live], texts), strict=True
+    ):
+      states[i] = state
+  out: list[tuple[str | None, ...] | None] = [None] * len(samples)
+  for i in rows:
+    out[i] = tuple(
+      None if t.observation is None else t.observation.body
+      for t in states[i].turns
+    )
+  return out
+
+
+def _action_text(verb: str, code: str) -> str:
+  """The action text of a ("run" | "submit", code) step."""
+  action = protocol.Run(code) if verb == "run" else protocol.Submit(code)
+  return protocol.format_action(action)
+
+
+def featurize(
+  samples: Sequence[hacks.Sample],
+  observations: Sequence[tuple[str | None, ...] | None] | None = None,
+) -> np.ndarray:
+  """[S, N] features of the samples (no execution: runtime features 0).
+
+  Args:
+    samples: the corpus.
+    observations: per sample, its observations (`play_observations`) or
+      None; None: unknown for every sample.
+  """
+  if observations is None:
+    observations = [None] * len(samples)
+  return np.stack(
+    [
+      features_lib.extract(
+        s.code,
+        s.actions,
+        obs,
+        entry_point=s.task.entry_point,
+        visible_tests=s.task.visible_tests,
+      )
+      for s, obs in zip(samples, observations, strict=True)
+    ]
+  )
 
 
 def fit(
@@ -135,11 +257,29 @@ def evaluate(
   y: np.ndarray,
   kinds: Sequence[str],
   threshold: float,
+  enforced: Sequence[bool] | None = None,
 ) -> dict:
-  """Classifier-only and classifier-or-rules metrics, overall and per kind."""
+  """Classifier-only and stage-1 metrics, overall and per kind.
+
+  Args:
+    params: the classifier.
+    x: [S, N] features.
+    y: [S] labels.
+    kinds: [S] sample kinds.
+    threshold: the classifier's decision threshold.
+    enforced: [F] which rule flags reject (`AntiCheatConfig.enforced_mask`);
+      None: every flag.
+
+  Returns:
+    "classifier" and "stage1" (enforced flags or the score) metrics, and
+    per kind the share each rejects.
+  """
   score = np.asarray(stage1_lib.score(jnp.asarray(x), params))
   by_score = score >= threshold
-  by_rules = np.asarray(stage1_lib.rule_flags(jnp.asarray(x))).any(-1)
+  flags_sf = np.asarray(stage1_lib.rule_flags(jnp.asarray(x)))
+  if enforced is not None:
+    flags_sf = flags_sf & np.asarray(enforced, bool)
+  by_rules = flags_sf.any(-1)
   kinds = np.asarray(kinds)
   per_kind = {}
   for kind in sorted(set(kinds)):
@@ -159,63 +299,95 @@ def evaluate(
 def _define_flags() -> None:
   """Flags exist only when this module is the program (no import clashes)."""
   flags.DEFINE_string("out", None, "Where to write the weights (JSON).")
+  flags.DEFINE_string(
+    "humaneval_tasks",
+    None,
+    "HumanEval tasks (JSONL from codeagent_rl.tasks.humaneval): their"
+    " canonical solutions join the corpus as honest code.",
+  )
   flags.DEFINE_integer(
     "tasks_per_family", 6, "Synthetic tasks per family in the corpus."
   )
   flags.DEFINE_integer("seed", 0, "Seed of the tasks and the corpus.")
   flags.DEFINE_integer(
-    "heldout_every", 5, "Every n-th family (sorted) is held out."
+    "heldout_every",
+    5,
+    "Every n-th family (sorted) and HumanEval problem is held out.",
   )
   flags.DEFINE_integer("steps", 2000, "Full-batch Adam steps.")
   flags.DEFINE_float("learning_rate", 0.05, "Adam learning rate.")
   flags.DEFINE_float("l2", 1e-3, "L2 penalty on the weights.")
   flags.DEFINE_float("threshold", 0.5, "Decision threshold of the metrics.")
-  flags.mark_flags_as_required(["out"])
+  flags.DEFINE_integer(
+    "obs_max_bytes",
+    400,
+    "Cap on a run's observation while the trajectories are played.",
+  )
+  flags.mark_flags_as_required(["out", "humaneval_tasks"])
+
+
+def _print_table(report: dict) -> None:
+  for split in ("train", "heldout", "heldout_stage1_kinds"):
+    for who in ("classifier", "stage1"):
+      m = report[split][who]
+      print(
+        f"{split:20s} {who:10s} precision {m['precision']:.4f} recall"
+        f" {m['recall']:.4f} false-positive rate"
+        f" {m['false_positive_rate']:.4f}"
+        f" ({m['positives']} hacks, {m['negatives']} honest)"
+      )
+  print(f"{'held-out kind':20s} {'n':>5s} {'classifier':>10s} {'stage1':>8s}")
+  for kind, row in report["heldout"]["per_kind"].items():
+    print(
+      f"{kind:20s} {row['n']:5d} {row['classifier_rate']:10.4f}"
+      f" {row['stage1_rate']:8.4f}"
+    )
 
 
 def main(argv: list[str]) -> None:
-  """Builds the corpus, fits, evaluates on held-out families, writes JSON."""
+  """Builds the corpus, fits, evaluates on held-out groups, writes JSON."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   jax.config.update("jax_platforms", "cpu")
   f = flags.FLAGS
+  try:
+    sandbox = harness.config_from_flags()
+    humaneval = schema.read_tasks(f.humaneval_tasks)
+  except (ValueError, OSError) as e:
+    raise app.UsageError(str(e)) from None
   tasks = hacks.synthetic_tasks(f.tasks_per_family, seed=f.seed)
-  samples = list(hacks.corpus(tasks, seed=f.seed))
-  x = featurize(samples)
+  samples = [*hacks.corpus(tasks, seed=f.seed), *humaneval_samples(humaneval)]
+  with harness.SandboxPool(sandbox) as pool:
+    observations = play_observations(pool, samples, f.obs_max_bytes)
+  x = featurize(samples, observations)
   y = np.asarray([s.label for s in samples])
-  held = set(heldout_families(f.heldout_every))
-  test = np.asarray([s.family in held for s in samples])
+  held = heldout_groups(samples, f.heldout_every)
+  test = np.asarray([group_of(s) in held for s in samples])
   # The classifier is fitted on what stage 1 can see before execution.
-  fitted = ~test & np.asarray(
-    [s.kind not in hacks.LATER_STAGE_KINDS for s in samples]
-  )
+  early = np.asarray([s.kind not in hacks.LATER_STAGE_KINDS for s in samples])
   params = fit(
-    x[fitted],
-    y[fitted],
+    x[~test & early],
+    y[~test & early],
     steps=f.steps,
     learning_rate=f.learning_rate,
     l2=f.l2,
   )
-  kinds = [s.kind for s in samples]
-  early = np.asarray([s.kind not in hacks.LATER_STAGE_KINDS for s in samples])
+  config = config_lib.AntiCheatConfig.from_config(common.get_anticheat_config())
+  kinds = np.asarray([s.kind for s in samples])
+
+  def report_on(rows: np.ndarray) -> dict:
+    return evaluate(
+      params, x[rows], y[rows], kinds[rows], f.threshold, config.enforced_mask
+    )
+
   report = {
-    "heldout_families": sorted(held),
+    "heldout_groups": sorted(held),
+    "enforced_flags": list(config.enforced_flags),
     # The hack classes stage 1 is responsible for (not stage 2's).
-    "heldout_stage1_kinds": evaluate(
-      params,
-      x[test & early],
-      y[test & early],
-      np.asarray(kinds)[test & early],
-      f.threshold,
-    ),
-    "train": evaluate(
-      params, x[~test], y[~test], np.asarray(kinds)[~test], f.threshold
-    ),
-    "heldout": evaluate(
-      params, x[test], y[test], np.asarray(kinds)[test], f.threshold
-    ),
+    "heldout_stage1_kinds": report_on(test & early),
+    "train": report_on(~test),
+    "heldout": report_on(test),
   }
-  counts = collections.Counter(kinds)
   metadata = {
     "argv": [
       "python -m codeagent_rl.anticheat.train_classifier",
@@ -226,26 +398,23 @@ def main(argv: list[str]) -> None:
     "steps": f.steps,
     "learning_rate": f.learning_rate,
     "l2": f.l2,
-    "samples": dict(sorted(counts.items())),
-    "heldout_families": report["heldout_families"],
+    "sandbox_backend": sandbox.backend,
+    "obs_max_bytes": f.obs_max_bytes,
+    "samples": dict(sorted(collections.Counter(kinds.tolist()).items())),
+    "heldout_families": sorted(heldout_families(f.heldout_every)),
+    "heldout_humaneval": int(np.sum(test & (kinds == HUMANEVAL_KIND))),
+    "enforced_flags": report["enforced_flags"],
     "heldout_classifier": report["heldout"]["classifier"],
     "heldout_stage1": report["heldout"]["stage1"],
     "heldout_stage1_kinds_classifier": report["heldout_stage1_kinds"][
       "classifier"
     ],
     "heldout_stage1_kinds_stage1": report["heldout_stage1_kinds"]["stage1"],
+    "heldout_per_kind": report["heldout"]["per_kind"],
   }
   pipeline.save_params(f.out, params, metadata)
   print(json.dumps(report, indent=1))
-  for split in ("train", "heldout", "heldout_stage1_kinds"):
-    for who in ("classifier", "stage1"):
-      m = report[split][who]
-      print(
-        f"{split:20s} {who:10s} precision {m['precision']:.4f} recall"
-        f" {m['recall']:.4f} false-positive rate"
-        f" {m['false_positive_rate']:.4f}"
-        f" ({m['positives']} hacks, {m['negatives']} honest)"
-      )
+  _print_table(report)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,14 @@ from configs import common
 
 def test_defaults_validate():
   cfg = config_lib.AntiCheatConfig.from_config(common.get_anticheat_config())
-  assert cfg.enforced_flags == features.FLAG_NAMES
-  assert all(cfg.enforced_mask)
+  # Only the hacks by construction reject; the other flags are features.
+  assert cfg.enforced_flags == (
+    "process_exit",
+    "file_env_probing",
+    "early_termination",
+  )
+  assert sum(cfg.enforced_mask) == 3
+  assert len(cfg.enforced_mask) == features.NUM_FLAGS
   assert cfg.weights_path == config_lib.DEFAULT_WEIGHTS
 
 

@@ -14,6 +14,7 @@ from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import features
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1
+from codeagent_rl.anticheat import train_classifier
 
 from .conftest import default_config
 
@@ -136,6 +137,13 @@ def test_shipped_weights_load_and_roundtrip(tmp_path):
   meta = json.loads(open(cfg.weights_path).read())["metadata"]
   assert meta["heldout_stage1_kinds_classifier"]["recall"] >= 0.9
   assert meta["heldout_classifier"]["false_positive_rate"] <= 0.02
+  # Fitted with real honest code (HumanEval's canonical solutions), with
+  # the command train_classifier's docstring gives.
+  assert meta["samples"]["humaneval"] == 164
+  assert meta["heldout_per_kind"]["humaneval"]["stage1_rate"] == 0.0
+  assert meta["enforced_flags"] == list(cfg.enforced_flags)
+  doc = " ".join(train_classifier.__doc__.split()).replace("\\ ", "")
+  assert " ".join(meta["argv"][1:]) in doc
   path = tmp_path / "w.json"
   pipeline.save_params(path, params, {"note": "test"})
   chex.assert_trees_all_close(pipeline.load_params(path), params)

@@ -24,7 +24,7 @@ def _rewards(suite_a, suite_b, flagged=()):
   flags = np.zeros((len(suite_a), features.NUM_FLAGS), bool)
   total = np.asarray(r.total).copy()
   for i in flagged:
-    flags[i, 0] = True
+    flags[i, features.FLAG_NAMES.index("process_exit")] = True  # enforced
     total[i] = -1.0  # as stage 1's penalty left it
   return r.replace(stage1_flags=flags, total=total.astype(np.float32))
 

@@ -1,9 +1,16 @@
 """Classifier training: separates a small corpus, deterministic, held out."""
 
+import dataclasses
+
 import numpy as np
 
+from codeagent_rl.anticheat import edge_cases
+from codeagent_rl.anticheat import features
 from codeagent_rl.anticheat import hacks
+from codeagent_rl.anticheat import stage1
 from codeagent_rl.anticheat import train_classifier
+
+from .conftest import default_config
 
 
 def test_fit_separates_held_out_families():
@@ -29,9 +36,64 @@ def test_fit_separates_held_out_families():
   assert not np.asarray(params.weights)[~train_classifier.STATIC].any()
 
 
-def test_metrics_by_hand():
-  predicted = np.asarray([True, True, False, False, True])
-  y = np.asarray([1, 0, 1, 0, 1])
-  m = train_classifier.metrics(predicted, y)
-  assert m["precision"] == 2 / 3 and m["recall"] == 2 / 3
-  assert m["false_positive_rate"] == 1 / 2
+def test_stage1_metrics_count_only_enforced_flags():
+  tasks = hacks.synthetic_tasks(1, seed=2, families=("affine",))
+  samples = hacks.hack_samples(tasks[0], ["special_casing", "early_exit"])
+  x = train_classifier.featurize(samples)
+  y = np.asarray([s.label for s in samples])
+  kinds = [s.kind for s in samples]
+  # A classifier that never fires: only the rules can reject.
+  never = stage1.Stage1Params.zeros().replace(bias=np.float32(-100.0))
+  mask = default_config().enforced_mask
+  enforced = train_classifier.evaluate(never, x, y, kinds, 0.5, mask)
+  every = train_classifier.evaluate(never, x, y, kinds, 0.5)
+  # hardcoded_tests is a feature now, process_exit still a rule.
+  assert enforced["per_kind"]["special_casing"]["stage1_rate"] == 0.0
+  assert every["per_kind"]["special_casing"]["stage1_rate"] == 1.0
+  assert enforced["per_kind"]["early_exit"]["stage1_rate"] == 1.0
+
+
+def test_humaneval_samples_and_held_out_problems():
+  task = edge_cases.HONEST[0].task
+  he = [
+    dataclasses.replace(task, task_id=f"HumanEval/{i}") for i in (0, 3, 5, 7)
+  ]
+  samples = train_classifier.humaneval_samples(he)
+  assert [s.label for s in samples] == [0] * 4
+  assert {s.kind for s in samples} == {train_classifier.HUMANEVAL_KIND}
+  assert [s.code for s in samples] == [t.reference_solution for t in he]
+  held = train_classifier.heldout_groups(samples, 5)
+  assert held == {
+    *train_classifier.heldout_families(5),
+    "HumanEval/0",
+    "HumanEval/5",
+  }
+  assert [train_classifier.group_of(s) for s in samples] == [
+    t.task_id for t in he
+  ]
+
+
+def test_observations_are_played_in_the_sandbox(process_pool):
+  task = hacks.synthetic_tasks(1, seed=2, families=("affine",))[0]
+  ref = task.reference_solution
+  passing = hacks.Sample(
+    task, ref, (("run", ref),) * 3 + (("submit", ref),), 0, "honest", "runs"
+  )
+  samples = [
+    passing,
+    *hacks.hack_samples(task, ["failing_loop"]),
+    *hacks.honest_samples(task)[:1],
+  ]
+  observations = train_classifier.play_observations(process_pool, samples, 400)
+  for sample, obs in zip(samples, observations, strict=True):
+    if len(sample.actions) == 1:
+      assert obs is None
+      continue
+    assert len(obs) == len(sample.actions) and obs[-1] is None
+    assert all(o.startswith("tests: ") for o in obs[:-1]), obs
+  loop = features.FEATURE_INDEX["failing_loop"]
+  seen = train_classifier.featurize(samples, observations)[:, loop]
+  blind = train_classifier.featurize(samples)[:, loop]
+  # Runs that passed are no failing loop; unseen, every repeat counts.
+  assert seen[0] == 0.0 and blind[0] == 1.0
+  assert (seen[1:4] == 1.0).all()
