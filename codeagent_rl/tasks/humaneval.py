@@ -48,8 +48,10 @@ Per problem:
   solution passes both suites by construction.
 - **Visible tests** are the first `num_visible` tests of suite A, which
   keeps them: suite A *is* HumanEval's test, so that suite-A pass@1 is the
-  HumanEval metric. Suite B shares no input with suite A (nor with the
-  visible tests), so special-casing the visible tests cannot pass it.
+  HumanEval metric (`metadata["judge"]["int_accepts_float"]`: a float that
+  equals an expected int passes, as under HumanEval's `==`). Suite B
+  shares no input with suite A (nor with the visible tests), so
+  special-casing the visible tests cannot pass it.
 - `prompt` is HumanEval's prompt, `reference_solution` is the prompt plus
   the canonical solution (a complete program, as grading expects).
 
@@ -722,6 +724,10 @@ def convert_problem(
       "checker": task_id in CHECKERS,
       "oracle": oracle_of(heldout),
       "suite_b_seed": config.augment.seed,
+      # HumanEval's asserts use `==`: 6.0 passes where 6 is expected, and
+      # suite-A pass@1 is meant to be HumanEval's metric. Only a float
+      # exactly equal to the int passes (not one merely within tolerance).
+      "judge": {"int_accepts_float": True},
     },
   )
   check_oracle(task)

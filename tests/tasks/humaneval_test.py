@@ -225,6 +225,24 @@ def test_return_none_fails(pool, tasks, problems):
     assert grade.suite_a.passed < grade.suite_a.total, task_id
 
 
+def test_ints_compare_as_humaneval_does(pool, tasks, problems):
+  # HumanEval's asserts use ==: a float equal to the expected int passes,
+  # one merely within the float tolerance does not.
+  task = tasks["HumanEval/53"]  # add(x, y) -> int
+  assert task.metadata["judge"] == {"int_accepts_float": True}
+  equal = humaneval.body_completion(
+    problems[task.task_id], "return float(x + y)"
+  )
+  close = humaneval.body_completion(
+    problems[task.task_id], "return x + y + 1e-9 * (x + y + 1)"
+  )
+  grade = judge.grade(pool, task, equal)
+  assert grade.suite_a.passed == grade.suite_a.total > 0
+  assert grade.suite_b.passed == grade.suite_b.total > 0
+  grade = judge.grade(pool, task, close)
+  assert grade.suite_a.passed == 0
+
+
 def test_deterministic(pool, problems, tasks):
   again = humaneval.convert(pool, [problems["HumanEval/32"]])
   again += humaneval.convert(pool, [problems["HumanEval/53"]])
