@@ -30,9 +30,12 @@ those plus HumanEval's solutions (as negatives). `--execute` also runs the
 canonical solutions in the sandbox and counts rejections after execution
 (the runtime flags).
 
-The JSON (`--out`) keeps one entry per `--label`: the "before" numbers come
-from this script run on the tree before the change (with this file,
-`edge_cases.py` and `train_classifier.py` copied in).
+The JSON (`--out`) keeps one entry per `--label`. In the results file,
+"before" is this script run on the tree before stage 1 was narrowed (commit
+1ee465c, with this file, `edge_cases.py` and `train_classifier.py` copied
+in), "before_on_the_new_corpus" the same with today's `hacks.py` and
+`honest.py` copied in too (the honest corpus grew), and "after" today's
+tree.
 """
 
 from __future__ import annotations

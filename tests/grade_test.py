@@ -548,11 +548,16 @@ def test_cli_default_anticheat_is_the_trainers(tmp_path):
   assert summary["anticheat"] == "configs/common.py"
   correct, hardcoded, reference, none = lines
   assert correct["reward"] == reference["reward"] == 1.0
+  # Rejected before execution by the classifier's score (hardcoded_tests
+  # is one of its features, not a gate).
   assert hardcoded["flags"] == ["hardcoded_tests"]
+  assert hardcoded["stage1_rejected"] and hardcoded["reward"] == 0.0
+  assert hardcoded["status"] == "not_executed"
+  # constant_return is a feature too: the sample runs, and stage 2 (suite B
+  # 1/2) takes its reward.
   assert none["flags"] == ["constant_return"]
-  for line in (hardcoded, none):
-    assert line["stage1_rejected"] and line["reward"] == 0.0
-    assert line["status"] == "not_executed"
+  assert not none["stage1_rejected"] and none["status"] == "ok"
+  assert not none["stage2_ok"] and none["reward"] == 0.0
   # One solved sample of two on each task.
   assert summary["suite_a"] == {"pass@1": 0.5}
   assert summary["suite_a_and_b"] == {"pass@1": 0.5}

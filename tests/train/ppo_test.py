@@ -262,7 +262,7 @@ def test_episode_metrics_count_stage1_rejected_episodes_as_unsolved():
   # Stage 1 rejects the second by an enforced rule flag, the third by the
   # classifier's score.
   flags = np.zeros((3, features.NUM_FLAGS), bool)
-  flags[1, features.FLAG_NAMES.index("hardcoded_tests")] = True
+  flags[1, features.FLAG_NAMES.index("process_exit")] = True
   rejected = accepted.replace(
     stage1_flags=flags,
     stage1_score=np.asarray([0.0, 0.0, 0.99], np.float32),
