@@ -99,26 +99,6 @@ def _write_samples(path: pathlib.Path, problems: list, body: str | None):
       f.write(json.dumps({"task_id": p["task_id"], "completion": code}) + "\n")
 
 
-def _solved_a(line: dict) -> bool:
-  return solved.suite_a(
-    passed=line["suite_a"]["passed"],
-    total=line["suite_a"]["total"],
-    executed=line["executed"],
-    rejected=line["stage1_rejected"],
-  )
-
-
-def _solved_ab(line: dict) -> bool:
-  return solved.suites_a_and_b(
-    a_passed=line["suite_a"]["passed"],
-    a_total=line["suite_a"]["total"],
-    b_passed=line["suite_b"]["passed"],
-    b_total=line["suite_b"]["total"],
-    executed=line["executed"],
-    rejected=line["stage1_rejected"],
-  )
-
-
 def _grade(work: pathlib.Path, name: str, tasks: pathlib.Path) -> dict:
   out = work / f"results_{name}.jsonl"
   wall, stdout = _run(
@@ -134,8 +114,8 @@ def _grade(work: pathlib.Path, name: str, tasks: pathlib.Path) -> dict:
   )
   summary = json.loads(stdout.strip().splitlines()[-1])
   lines = [json.loads(line) for line in out.read_text().splitlines()]
-  passed_a = [r for r in lines if _solved_a(r)]
-  passed_ab = [r for r in lines if _solved_ab(r)]
+  passed_a = [r for r in lines if solved.line_a(r)]
+  passed_ab = [r for r in lines if solved.line_a_and_b(r)]
   return {
     "wall_s": round(wall, 2),
     "grade_elapsed_s": summary["elapsed_s"],

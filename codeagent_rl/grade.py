@@ -257,26 +257,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
   return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def solved_a(line: dict) -> bool:
-  """Whether a result line's sample is solved on suite A (`solved`)."""
-  return solved.suite_a(
-    passed=line["suite_a"]["passed"],
-    total=line["suite_a"]["total"],
-    executed=line["executed"],
-    rejected=line["stage1_rejected"],
-  )
-
-
-def solved_ab(line: dict) -> bool:
-  """Whether a result line's sample is solved on suites A and B (`solved`)."""
-  return solved.suites_a_and_b(
-    a_passed=line["suite_a"]["passed"],
-    a_total=line["suite_a"]["total"],
-    b_passed=line["suite_b"]["passed"],
-    b_total=line["suite_b"]["total"],
-    executed=line["executed"],
-    rejected=line["stage1_rejected"],
-  )
+# Whether a result line's sample is solved on suite A / on A and B.
+solved_a = solved.line_a
+solved_ab = solved.line_a_and_b
 
 
 def summarize(results: Iterable[dict], ks: Sequence[int] = PASS_AT_K) -> dict:

@@ -62,3 +62,25 @@ def suites_a_and_b(
     passed=a_passed, total=a_total, executed=executed, rejected=rejected
   )
   return solved_a and b_passed == b_total
+
+
+def line_a(line: dict) -> bool:
+  """`suite_a` of a result line of `python -m codeagent_rl.grade`."""
+  return suite_a(
+    passed=line["suite_a"]["passed"],
+    total=line["suite_a"]["total"],
+    executed=line["executed"],
+    rejected=line["stage1_rejected"],
+  )
+
+
+def line_a_and_b(line: dict) -> bool:
+  """`suites_a_and_b` of a result line of `python -m codeagent_rl.grade`."""
+  return suites_a_and_b(
+    a_passed=line["suite_a"]["passed"],
+    a_total=line["suite_a"]["total"],
+    b_passed=line["suite_b"]["passed"],
+    b_total=line["suite_b"]["total"],
+    executed=line["executed"],
+    rejected=line["stage1_rejected"],
+  )

@@ -60,3 +60,23 @@ def test_suites_a_and_b(a, b, rejected, want):
     rejected=rejected,
   )
   assert unrun is False
+
+
+@pytest.mark.parametrize(
+  "executed,rejected,a,b,want_a,want_ab",
+  [
+    (True, False, (3, 3), (4, 4), True, True),
+    (True, False, (3, 3), (1, 4), True, False),
+    (False, False, (0, 0), (0, 0), False, False),  # not executed
+    (True, True, (3, 3), (4, 4), False, False),  # stage 1 rejected
+  ],
+)
+def test_result_lines(executed, rejected, a, b, want_a, want_ab):
+  line = {
+    "executed": executed,
+    "stage1_rejected": rejected,
+    "suite_a": {"passed": a[0], "total": a[1]},
+    "suite_b": {"passed": b[0], "total": b[1]},
+  }
+  assert solved.line_a(line) is want_a
+  assert solved.line_a_and_b(line) is want_ab
