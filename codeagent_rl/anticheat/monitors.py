@@ -17,8 +17,9 @@ Monitors (registry `MONITORS`, evaluated at the last iteration):
                            `loss/critic` reverses direction with a factor
                            >= osc_ratio on both sides at least
                            osc_min_reversals times.
-  flag_rate_onset          `anticheat/flag_rate` of the last iteration is
-                           above flag_rate_max.
+  flag_rate_onset          `anticheat/flag_rate` (the share stage 1
+                           rejected) of the last iteration is above
+                           flag_rate_max.
   suite_gap_widening       the last window's mean of `reward/suite_a -
                            reward/suite_b` exceeds the first window's by
                            >= gap_widen.
@@ -64,8 +65,8 @@ class MonitorConfig:
       larger is >= osc_ratio x the smaller (> 1).
     osc_min_reversals: large up-then-down or down-then-up moves in
       osc_window that fire the alarm.
-    flag_rate_max: share of flagged episodes in one iteration above which
-      the flag-rate alarm fires.
+    flag_rate_max: share of episodes stage 1 rejects in one iteration
+      above which the flag-rate alarm fires.
     gap_widen: rise of the suite-A minus suite-B pass fraction above the
       first window that counts as widening.
   """
@@ -252,8 +253,8 @@ def _flag_rate_onset(h: _History, cfg: MonitorConfig) -> str | None:
   if not rate > cfg.flag_rate_max:
     return None
   return (
-    f"anticheat/flag_rate={rate:.1%} of episodes flagged this iteration"
-    f" (threshold {cfg.flag_rate_max:.1%}): inspect the flagged"
+    f"anticheat/flag_rate={rate:.1%} of episodes rejected by stage 1 this"
+    f" iteration (threshold {cfg.flag_rate_max:.1%}): inspect the rejected"
     " trajectories."
   )
 

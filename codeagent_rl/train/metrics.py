@@ -27,7 +27,10 @@ and `codeagent_rl.anticheat.monitors`):
   perf/tokens_per_s       generated tokens per second of generation
   time/sandbox_wait_share share of the iteration spent waiting on the sandbox
   time/iteration_s        wall time of the iteration
-  anticheat/flag_rate     share of episodes flagged by stage 1
+  anticheat/flag_rate     share of episodes stage 1 rejected (an enforced
+                          flag or the classifier)
+  anticheat/flagged_rate  share of episodes with any stage-1 flag raised
+  anticheat/flag/<name>   share of episodes with that flag raised
   length/passing_turns    mean turns of passing trajectories
   length/passing_tokens   mean tokens of passing trajectories
   length/failing_turns    mean turns of failing trajectories

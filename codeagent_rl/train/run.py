@@ -37,6 +37,7 @@ import numpy as np
 from codeagent_rl.anticheat import features as features_lib
 from codeagent_rl.anticheat import monitors
 from codeagent_rl.anticheat import pipeline
+from codeagent_rl.anticheat import stage1 as stage1_lib
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.sandbox import config as sandbox_config_lib
@@ -127,18 +128,22 @@ class AntiCheatRewards:
     skipped = [
       e.outcome.reason == pipeline.SKIP_REASON for e in rollout.episodes
     ]
+    # flag_rate (what the flag-rate monitor reads) is the share stage 1
+    # rejected; most flags are classifier features, so a raised flag (e.g.
+    # code that does not parse) is not a rejection: flagged_rate.
     scalars = {
-      "anticheat/flag_rate": float(flags.any(axis=1).mean()),
-      "anticheat/skipped_rate": float(np.mean(skipped)),
-      "anticheat/stage1_score_mean": float(np.mean(rewards.stage1_score)),
-      "anticheat/stage2_fail_rate": float(
-        1.0 - np.mean(np.asarray(rewards.stage2_ok, np.float32))
-      ),
+      k: float(v)
+      for k, v in stage1_lib.summary(rewards, self.anticheat.config).items()
     }
-    for name, rate in zip(
-      features_lib.FLAG_NAMES, flags.mean(axis=0).tolist(), strict=True
-    ):
-      scalars[f"anticheat/flag/{name}"] = rate
+    scalars.update(
+      {
+        "anticheat/flagged_rate": float(flags.any(axis=1).mean()),
+        "anticheat/skipped_rate": float(np.mean(skipped)),
+        "anticheat/stage2_fail_rate": float(
+          1.0 - np.mean(np.asarray(rewards.stage2_ok, np.float32))
+        ),
+      }
+    )
     return rewards, scalars
 
 
@@ -146,11 +151,9 @@ def monitor_fn(exp: exp_lib.Experiment, warn=logging.warning):
   """The PPO loop's `monitor_fn`: alarms of the last iteration -> metrics.
 
   An alarm is warned about when it starts firing (or first fires in this
-  process, after a resume), not again while it keeps firing (the tiny
-  demo's SFT model writes unparsable code in a few % of episodes, over
-  `flag_rate_onset`'s 2%, at every iteration); the `monitor/<name>`
-  metrics record every iteration, and the summary counts them
-  (`alarm_counts`).
+  process, after a resume), not again while it keeps firing; the
+  `monitor/<name>` metrics record every iteration, and the summary counts
+  them (`alarm_counts`).
   """
   previous: set[str] = set()  # alarms of the last call
 

@@ -1,7 +1,17 @@
-"""Summary notes: monitor alarms (warned once) and paired PPO - SFT lines."""
+"""Run glue: anti-cheat metrics, monitor alarms (warned once), paired lines."""
 
 import json
+import types
 
+import numpy as np
+import pytest
+
+from codeagent_rl.anticheat import pipeline
+from codeagent_rl.envs import code_env
+from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.sandbox import config as sandbox_config
+from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import schema
 from codeagent_rl.train import experiment
 from codeagent_rl.train import run
 from configs import tiny
@@ -98,3 +108,53 @@ def test_missing_or_damaged_per_task_gives_no_paired_lines(tmp_path):
   for path in (tmp_path / "missing.json", damaged, old):
     assert run._read_per_task(path) is None
   assert run._paired(exp, None, {"greedy": {}}) == {}
+
+
+def test_flag_rate_is_the_share_stage1_rejects():
+  # A raised flag that is only a classifier feature (code that does not
+  # parse) is not a rejection: the flag-rate monitor must not fire on it.
+  task = schema.Task(
+    task_id="add",
+    prompt="Add two numbers.",
+    entry_point="add",
+    kind="function",
+    visible_tests=({"args": [1, 2], "expected": 3},),
+    hidden_tests=tuple({"args": [a, 1], "expected": a + 1} for a in range(4)),
+    heldout_tests=tuple({"args": [a, 5], "expected": a + 5} for a in range(4)),
+    reference_solution="def add(a, b):\n  return a + b\n",
+    metadata={},
+  )
+  submissions = [
+    "def add(a, b):\n  return a + b\n",
+    "def add(a, b):\n  return a +\n",  # does not parse
+    "import sys\ndef add(a, b):\n  sys.exit(0)\n",  # exits in the tests
+  ]
+  exp = experiment.Experiment.from_config(tiny.get_config("smoke"))
+  anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
+  budgets = code_env.EnvConfig(
+    max_turns=2,
+    max_tokens_per_turn=400,
+    max_total_tokens=4000,
+    max_wall_s=60.0,
+    obs_max_bytes=400,
+  )
+  config = sandbox_config.SandboxConfig(backend="process", pool_size=1)
+  with harness.SandboxPool(config) as pool:
+    env = code_env.CodeEnv(
+      pool,
+      tokenizer_lib.ByteTokenizer(),
+      budgets,
+      pre_submit=anticheat.pre_submit,
+    )
+    steps = env.step_many(
+      [env.reset(task) for _ in submissions],
+      [f"<submit>{code}</submit>" for code in submissions],
+    )
+  rollout = types.SimpleNamespace(episodes=[state for state, _ in steps])
+  rewards, scalars = run.AntiCheatRewards(anticheat)(rollout, None)
+  assert np.asarray(rewards.total).tolist() == [1.0, 0.0, 0.0]
+  assert scalars["anticheat/flag_rate"] == pytest.approx(1 / 3)
+  assert scalars["anticheat/flagged_rate"] == pytest.approx(2 / 3)
+  assert scalars["anticheat/flag/unparsable"] == pytest.approx(1 / 3)
+  assert scalars["anticheat/flag/process_exit"] == pytest.approx(1 / 3)
+  assert scalars["anticheat/skipped_rate"] == pytest.approx(1 / 3)
