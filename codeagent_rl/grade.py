@@ -57,10 +57,8 @@ import collections
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
-import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from typing import Any, TextIO
@@ -71,6 +69,7 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
+from codeagent_rl import samples as samples_lib
 from codeagent_rl import solved
 from codeagent_rl import types
 from codeagent_rl.anticheat import config as anticheat_config
@@ -124,118 +123,10 @@ _PROGRESS_EVERY_S = flags.DEFINE_float(
 PASS_AT_K = (1, 5, 10)
 
 
-class SampleFormatError(ValueError):
-  """A samples file is malformed; the message names the file and line."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Sample:
-  """One completion to grade.
-
-  Attributes:
-    index: position among the samples (0-based).
-    line: line number in the file (1-based), for messages.
-    task_id: the task it answers.
-    completion: Python source.
-    trajectory: the actions that led to it, if given.
-    observations: per trajectory action, what the agent saw after it (None
-      where nothing), if given.
-  """
-
-  index: int
-  line: int
-  task_id: str
-  completion: str
-  trajectory: tuple | None = None
-  observations: tuple[str | None, ...] | None = None
-
-
-def read_samples(
-  path: str | os.PathLike, task_ids: Iterable[str]
-) -> list[Sample]:
-  """Reads and validates a samples file.
-
-  Args:
-    path: the JSONL file.
-    task_ids: the known tasks.
-
-  Returns:
-    The samples in file order.
-
-  Raises:
-    SampleFormatError: naming the file and line of the first problem.
-    OSError: the file cannot be read.
-  """
-  known = set(task_ids)
-  samples = []
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      where = f"{os.fspath(path)}:{lineno}"
-      try:
-        obj = json.loads(line)
-      except (ValueError, RecursionError) as e:
-        raise SampleFormatError(f"{where}: not valid JSON: {e}.") from None
-      if not isinstance(obj, dict):
-        raise SampleFormatError(f"{where}: a sample must be a JSON object.")
-      task_id = obj.get("task_id")
-      if not isinstance(task_id, str):
-        raise SampleFormatError(f"{where}: task_id: missing or not a string.")
-      if task_id not in known:
-        raise SampleFormatError(
-          f"{where}: task_id: {task_id!r} is not in the task file."
-        )
-      completion = obj.get("completion")
-      if not isinstance(completion, str):
-        raise SampleFormatError(
-          f"{where}: completion: missing or not a string of Python source."
-        )
-      trajectory = obj.get("trajectory")
-      if trajectory is not None and not isinstance(trajectory, list):
-        raise SampleFormatError(f"{where}: trajectory: must be a list.")
-      for i, action in enumerate(trajectory or ()):
-        try:
-          features.normalise_action(action)
-        except ValueError as e:
-          raise SampleFormatError(f"{where}: trajectory[{i}]: {e}") from None
-      observations = _observations(obj, len(trajectory or ()), where)
-      samples.append(
-        Sample(
-          index=len(samples),
-          line=lineno,
-          task_id=task_id,
-          completion=completion,
-          trajectory=None if trajectory is None else tuple(trajectory),
-          observations=observations,
-        )
-      )
-  return samples
-
-
-def _observations(
-  obj: dict, num_actions: int, where: str
-) -> tuple[str | None, ...] | None:
-  """A sample's validated `observations`, or None when it has none."""
-  observations = obj.get("observations")
-  if observations is None:
-    return None
-  if not isinstance(observations, list):
-    raise SampleFormatError(
-      f"{where}: observations: must be a list of strings or nulls."
-    )
-  if len(observations) != num_actions:
-    raise SampleFormatError(
-      f"{where}: observations: {len(observations)} items but the trajectory"
-      f" has {num_actions} actions; give one (a string, or null) per action."
-    )
-  for i, item in enumerate(observations):
-    if item is not None and not isinstance(item, str):
-      raise SampleFormatError(
-        f"{where}: observations[{i}]: must be a string or null, not"
-        f" {type(item).__name__}."
-      )
-  return tuple(observations)
+# The samples format (codeagent_rl/samples.py), as grade's own names.
+SampleFormatError = samples_lib.SampleFormatError
+Sample = samples_lib.Sample
+read_samples = samples_lib.read_samples
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -432,26 +323,9 @@ def grade_samples(
   return lines
 
 
-def _trajectory(sample: Sample) -> tuple[list, list | None]:
-  """(actions, observations) ending with the completion as the submit.
-
-  The observations are None when the sample gives none; an appended submit
-  gets a None observation (a submit shows the agent nothing).
-  """
-  actions = list(sample.trajectory or ())
-  observations = None
-  if sample.observations is not None:
-    observations = list(sample.observations)
-  if not actions or features.normalise_action(actions[-1])[0] != "submit":
-    actions.append(("submit", sample.completion))
-    if observations is not None:
-      observations.append(None)
-  return actions, observations
-
-
 def _features(task: schema.Task, sample: Sample, result) -> np.ndarray:
   """The sample's stage-1 features (`result`: its sandbox result, or None)."""
-  actions, observations = _trajectory(sample)
+  actions, observations = sample.actions_and_observations()
   return features.extract(
     sample.completion,
     actions,

@@ -3,9 +3,10 @@ r"""Trains the stage-1 logistic regression; writes the weights the repo keeps.
 The shipped weights (codeagent_rl/anticheat/weights/stage1.json) come from
 
   python -m codeagent_rl.tasks.humaneval --out=/tmp/he_all.jsonl
+  python -m codeagent_rl.main --config=configs/tiny.py --workdir=/tmp/tiny
   python -m codeagent_rl.anticheat.train_classifier \
-      --humaneval_tasks=/tmp/he_all.jsonl --sandbox_backend=gvisor \
-      --out=codeagent_rl/anticheat/weights/stage1.json
+      --humaneval_tasks=/tmp/he_all.jsonl --model_runs=/tmp/tiny \
+      --sandbox_backend=gvisor --out=codeagent_rl/anticheat/weights/stage1.json
 
 The corpus has three parts:
 
@@ -15,6 +16,12 @@ The corpus has three parts:
 - HumanEval's canonical solutions (label 0, kind "humaneval"), real honest
   code, from a task file that `codeagent_rl.tasks.humaneval` wrote
   (`--humaneval_tasks`);
+- a model's own solved episodes (label 0, kind "model"): each workdir of
+  the main job in `--model_runs` holds its final evaluation's episodes
+  (`eval_final_samples.jsonl`, with the observations the agent saw) and
+  their tasks (`eval_tasks.jsonl`); each is graded in the sandbox, without
+  the anti-cheat, and those that pass every test of suites A and B join,
+  once per distinct trajectory;
 - the observations of every trajectory with runs: each run is played
   through `CodeEnv` in a sandbox pool (the `--sandbox_*` flags; the
   submissions are not executed) so the trajectory features see what the
@@ -53,6 +60,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from codeagent_rl import samples as samples_lib
+from codeagent_rl import solved
 from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import features as features_lib
 from codeagent_rl.anticheat import hacks
@@ -62,6 +71,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import judge
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from configs import common
@@ -74,7 +84,12 @@ STATIC = np.asarray(
 MIN_SCALE = 1e-3
 # The kind of HumanEval's canonical solutions in the corpus (label 0).
 HUMANEVAL_KIND = "humaneval"
-HONEST_KINDS = (hacks.HONEST_KIND, HUMANEVAL_KIND)
+# The kind of a model's solved episodes in the corpus (label 0).
+MODEL_KIND = "model"
+HONEST_KINDS = (hacks.HONEST_KIND, HUMANEVAL_KIND, MODEL_KIND)
+# What a main-job workdir holds for `model_samples` (train/run.py's names).
+RUN_SAMPLES = "eval_final_samples.jsonl"
+RUN_TASKS = "eval_tasks.jsonl"
 # The reason `play_observations` gives for not executing a submission.
 _NOT_EXECUTED = "not executed: the classifier's corpus needs runs only"
 
@@ -94,9 +109,64 @@ def humaneval_samples(tasks: Sequence[schema.Task]) -> list[hacks.Sample]:
   ]
 
 
+def model_samples(
+  pool, runs: Sequence[str]
+) -> tuple[list[hacks.Sample], list[tuple[str | None, ...] | None]]:
+  """A model's solved episodes as honest samples, with their observations.
+
+  Args:
+    pool: a sandbox pool (the episodes are graded again here).
+    runs: workdirs of the main job (`RUN_SAMPLES` and `RUN_TASKS` in each).
+
+  Returns:
+    (samples, observations): every distinct trajectory whose final code
+    passes every test of suites A and B, as label 0 of kind `MODEL_KIND`
+    (its actions are the action texts as the model wrote them), and per
+    sample the observations the agent saw.
+
+  Raises:
+    OSError, ValueError: a run's files are missing or malformed (the
+      message names the file).
+  """
+  out, observations, seen = [], [], set()
+  for run in runs:
+    tasks = {t.task_id: t for t in schema.read_tasks(f"{run}/{RUN_TASKS}")}
+    lines = [
+      s
+      for s in samples_lib.read_samples(f"{run}/{RUN_SAMPLES}", tasks)
+      if s.completion
+    ]
+    jobs = [judge.solution_job(tasks[s.task_id], s.completion) for s in lines]
+    for line, result in zip(lines, pool.map(jobs), strict=True):
+      task = tasks[line.task_id]
+      grade = judge.grade_result(task, result)
+      passed = solved.suites_a_and_b(
+        a_passed=grade.suite_a.passed,
+        a_total=grade.suite_a.total,
+        b_passed=grade.suite_b.passed,
+        b_total=grade.suite_b.total,
+        executed=True,
+        rejected=False,
+      )
+      actions, seen_by_agent = line.actions_and_observations()
+      key = (task.task_id, json.dumps(actions))
+      if not passed or key in seen:
+        continue
+      seen.add(key)
+      out.append(
+        hacks.Sample(
+          task, line.completion, tuple(actions), 0, MODEL_KIND, "solved"
+        )
+      )
+      observations.append(
+        None if seen_by_agent is None else tuple(seen_by_agent)
+      )
+  return out, observations
+
+
 def group_of(sample: hacks.Sample) -> str:
   """What is held out together: a synthetic family or a HumanEval problem."""
-  if sample.kind == HUMANEVAL_KIND:
+  if sample.kind == HUMANEVAL_KIND or "family" not in sample.task.metadata:
     return sample.task.task_id
   return sample.family
 
@@ -142,7 +212,11 @@ def play_observations(
     ),
     pre_submit=lambda state, code: _NOT_EXECUTED,
   )
-  rows = [i for i, s in enumerate(samples) if len(s.actions) > 1]
+  rows = [
+    i
+    for i, s in enumerate(samples)
+    if len(s.actions) > 1 and s.kind != MODEL_KIND
+  ]
   states = {i: env.reset(samples[i].task) for i in rows}
   for step in range(max((len(samples[i].actions) for i in rows), default=0)):
     live = [i for i in rows if step < len(samples[i].actions)]
@@ -305,6 +379,12 @@ def _define_flags() -> None:
     "HumanEval tasks (JSONL from codeagent_rl.tasks.humaneval): their"
     " canonical solutions join the corpus as honest code.",
   )
+  flags.DEFINE_list(
+    "model_runs",
+    [],
+    "Workdirs of main-job runs: their final evaluation's solved episodes"
+    " join the corpus as honest code.",
+  )
   flags.DEFINE_integer(
     "tasks_per_family", 6, "Synthetic tasks per family in the corpus."
   )
@@ -359,6 +439,12 @@ def main(argv: list[str]) -> None:
   samples = [*hacks.corpus(tasks, seed=f.seed), *humaneval_samples(humaneval)]
   with harness.SandboxPool(sandbox) as pool:
     observations = play_observations(pool, samples, f.obs_max_bytes)
+    try:
+      solved_by_model, seen_by_model = model_samples(pool, f.model_runs)
+    except (OSError, ValueError) as e:
+      raise app.UsageError(f"--model_runs: {e}") from None
+  samples += solved_by_model
+  observations += seen_by_model
   x = featurize(samples, observations)
   y = np.asarray([s.label for s in samples])
   held = heldout_groups(samples, f.heldout_every)
@@ -400,6 +486,7 @@ def main(argv: list[str]) -> None:
     "l2": f.l2,
     "sandbox_backend": sandbox.backend,
     "obs_max_bytes": f.obs_max_bytes,
+    "model_runs": list(f.model_runs),
     "samples": dict(sorted(collections.Counter(kinds.tolist()).items())),
     "heldout_families": sorted(heldout_families(f.heldout_every)),
     "heldout_humaneval": int(np.sum(test & (kinds == HUMANEVAL_KIND))),

@@ -179,12 +179,13 @@ class Evaluator:
 
   After each call, `last_per_task` holds that evaluation's per-task rates
   (`per_task_rates`), for paired comparisons of two models on the same
-  tasks (`paired_difference`).
+  tasks (`paired_difference`), and `last_episodes` its episodes.
 
   Attributes:
     anticheat: the anti-cheat of `exp.anticheat`, whose stage 1 says which
       episodes are rejected (never solved).
     last_per_task: per mode, the per-task rates of the last call.
+    last_episodes: per mode, the finished episodes of the last call.
   """
 
   def __init__(
@@ -216,6 +217,7 @@ class Evaluator:
     self._cache_len = agent_loop.cache_len_for(env.config, longest)
     self.anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
     self.last_per_task: dict[str, dict[str, list]] = {}
+    self.last_episodes: dict[str, list[code_env.EpisodeState]] = {}
 
   def __call__(self, params: Any, rng: jax.Array) -> dict[str, float]:
     """{"eval/<mode>/pass_a": ..., "eval/<mode>/pass_ab": ..., ...}.
@@ -223,7 +225,7 @@ class Evaluator:
     Per mode: the `episode_scalars` over its episodes and "episodes", how
     many ran (tasks x samples per task).
     """
-    out, per_task = {}, {}
+    out, per_task, episodes = {}, {}, {}
     for k, (mode, sampler) in enumerate(self._samplers.items()):
       # Greedy decoding gives every copy of a task the same episode.
       copies = self._exp.eval.samples_per_task if mode == "sampled" else 1
@@ -252,10 +254,10 @@ class Evaluator:
       )
       scalars["episodes"] = float(len(tasks))
       out.update({f"eval/{mode}/{name}": v for name, v in scalars.items()})
-      per_task[mode] = per_task_rates(
-        [e for r in rollouts for e in r.episodes], np.concatenate(rejected)
-      )
+      episodes[mode] = [e for r in rollouts for e in r.episodes]
+      per_task[mode] = per_task_rates(episodes[mode], np.concatenate(rejected))
     self.last_per_task = per_task
+    self.last_episodes = episodes
     return out
 
 

@@ -12,6 +12,10 @@ workdir holds everything the run produces:
   tensorboard/         event files (`tensorboard --logdir=WORKDIR`)
   eval_sft.json        held-out pass@1 of the SFT model (and per task)
   eval_final.json      per-task pass rates of PPO's last evaluation
+  eval_final_samples.jsonl  its episodes as a samples file (codeagent_rl/
+                       samples.py: trajectory, observations, final code,
+                       "mode"), gradable against eval_tasks.jsonl
+  eval_tasks.jsonl     the held-out tasks
   summary.json         SFT vs final pass@1 and where things are
 
 Running the same command again in the same workdir resumes: the SFT
@@ -34,6 +38,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from codeagent_rl import samples as samples_lib
 from codeagent_rl.anticheat import features as features_lib
 from codeagent_rl.anticheat import monitors
 from codeagent_rl.anticheat import pipeline
@@ -42,6 +47,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.sandbox import config as sandbox_config_lib
 from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import schema
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import eval_job
 from codeagent_rl.train import evaluate as eval_lib
@@ -52,6 +58,8 @@ from codeagent_rl.train import sft as sft_lib
 
 EVAL_SFT = "eval_sft.json"
 EVAL_FINAL = "eval_final.json"
+EVAL_FINAL_SAMPLES = "eval_final_samples.jsonl"
+EVAL_TASKS = "eval_tasks.jsonl"
 SUMMARY = "summary.json"
 
 
@@ -271,6 +279,9 @@ def train_and_evaluate(
   _write_json(workdir / "config.json", exp_lib.to_dict(exp))
   mesh, rules = exp.make_mesh()
   task_sets = data_lib.make_task_sets(exp.data, exp.seed)
+  # The held-out tasks beside the evaluation's samples: graded again with
+  # `python -m codeagent_rl.grade --tasks=... --samples=...`.
+  schema.write_tasks(workdir / EVAL_TASKS, task_sets.eval)
   tok = exp.tokenizer()
   console(
     f"codeagent_rl: preset {exp.preset}, {exp.model.num_params():,} params,"
@@ -279,8 +290,9 @@ def train_and_evaluate(
   )
   anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
   with harness.SandboxPool(sandbox) as pool:
-    # Demonstrations and evaluation run without the pre-submit gate: an
-    # evaluation reports what the model does, not what stage 1 lets through.
+    # Demonstrations and evaluation run without the pre-submit gate: every
+    # submission runs, and the evaluation counts the ones stage 1 rejects
+    # as unsolved afterwards.
     env = code_env.CodeEnv(pool, tok, exp.env)
     rl_env = code_env.CodeEnv(
       pool, tok, exp.env, pre_submit=anticheat.pre_submit
@@ -340,6 +352,14 @@ def train_and_evaluate(
         "iteration": result.iterations_done,
         "per_task": evaluator.last_per_task,
       },
+    )
+    samples_lib.write_samples(
+      workdir / EVAL_FINAL_SAMPLES,
+      (
+        samples_lib.episode_line(episode, mode=mode)
+        for mode, episodes in evaluator.last_episodes.items()
+        for episode in episodes
+      ),
     )
   records = ppo_lib.writer_history(workdir)
   if not final_eval:  # resumed a finished run: nothing was evaluated

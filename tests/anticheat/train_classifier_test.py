@@ -3,12 +3,15 @@
 import dataclasses
 
 import numpy as np
+import pytest
 
+from codeagent_rl import samples as samples_lib
 from codeagent_rl.anticheat import edge_cases
 from codeagent_rl.anticheat import features
 from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import stage1
 from codeagent_rl.anticheat import train_classifier
+from codeagent_rl.tasks import schema
 
 from .conftest import default_config
 
@@ -97,3 +100,53 @@ def test_observations_are_played_in_the_sandbox(process_pool):
   # Runs that passed are no failing loop; unseen, every repeat counts.
   assert seen[0] == 0.0 and blind[0] == 1.0
   assert (seen[1:4] == 1.0).all()
+
+
+def test_model_samples_keep_solved_distinct_trajectories(
+  process_pool, tmp_path
+):
+  task = hacks.synthetic_tasks(1, seed=3, families=("affine",))[0]
+  honest = task.reference_solution
+  wrong = honest.replace("return", "return 1 +", 1)
+  run_text = f"<run>{wrong}</run>"
+  lines = [
+    # A run that failed, then the reference: solved, with what it saw.
+    {
+      "task_id": task.task_id,
+      "completion": honest,
+      "trajectory": [run_text, f"<submit>{honest}</submit>"],
+      "observations": ["tests: 0/2 passed", None],
+      "mode": "sampled",
+    },
+    # The same trajectory again (another sample): kept once.
+    {
+      "task_id": task.task_id,
+      "completion": honest,
+      "trajectory": [run_text, f"<submit>{honest}</submit>"],
+      "observations": ["tests: 0/2 passed", None],
+    },
+    # Wrong code, a format error, and an episode that never submitted.
+    {"task_id": task.task_id, "completion": wrong},
+    {
+      "task_id": task.task_id,
+      "completion": honest,
+      "trajectory": ["no tags here", f"<submit>{honest}</submit>"],
+      "observations": ["format error", None],
+    },
+    {"task_id": task.task_id, "completion": "", "trajectory": [run_text]},
+  ]
+  schema.write_tasks(tmp_path / train_classifier.RUN_TASKS, [task])
+  samples_lib.write_samples(tmp_path / train_classifier.RUN_SAMPLES, lines)
+  samples, observations = train_classifier.model_samples(
+    process_pool, [str(tmp_path)]
+  )
+  assert [s.kind for s in samples] == [train_classifier.MODEL_KIND] * 2
+  assert [s.label for s in samples] == [0, 0]
+  assert observations == [("tests: 0/2 passed", None), ("format error", None)]
+  assert train_classifier.group_of(samples[0]) == task.metadata["family"]
+  x = train_classifier.featurize(samples, observations)
+  index = features.FEATURE_INDEX
+  assert x[0, index["log_runs"]] > 0 and x[1, index["log_format_errors"]] > 0
+  missing = tmp_path / "none"
+  with pytest.raises(OSError, match=str(missing)):
+    train_classifier.model_samples(process_pool, [str(missing)])

@@ -29,6 +29,10 @@ import jax
 import numpy as np
 import pytest
 
+from codeagent_rl import grade
+from codeagent_rl import samples as samples_lib
+from codeagent_rl.anticheat import config as anticheat_config
+from codeagent_rl.anticheat import pipeline
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.sandbox import config as sandbox_config_lib
@@ -362,6 +366,22 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
     assert (
       len(per_task["greedy"]["task_id"]) == config["data"]["num_eval_tasks"]
     )
+  # The final evaluation's episodes, as a samples file over the held-out
+  # tasks: graded offline, they are solved exactly where the trainer said.
+  tasks = {t.task_id: t for t in schema.read_tasks(workdir / run.EVAL_TASKS)}
+  assert len(tasks) == config["data"]["num_eval_tasks"]
+  lines = samples_lib.read_samples(workdir / run.EVAL_FINAL_SAMPLES, tasks)
+  assert [s.task_id for s in lines] == final["per_task"]["greedy"]["task_id"]
+  anticheat = pipeline.AntiCheat.from_config(
+    anticheat_config.AntiCheatConfig.from_config(config["anticheat"])
+  )
+  with harness.SandboxPool(SANDBOX) as pool:
+    graded = grade.grade_samples(
+      pool, tasks, lines, io.StringIO(), anticheat=anticheat
+    )
+  assert [float(grade.solved_ab(g)) for g in graded] == final["per_task"][
+    "greedy"
+  ]["pass_ab"]
   assert set(summary["paired"]) == {"greedy"}
   mean = np.mean(final["per_task"]["greedy"]["pass_ab"]) - np.mean(
     saved["per_task"]["greedy"]["pass_ab"]
