@@ -3,9 +3,10 @@ r"""Trains the stage-1 logistic regression; writes the weights the repo keeps.
 The shipped weights (codeagent_rl/anticheat/weights/stage1.json) come from
 
   python -m codeagent_rl.tasks.humaneval --out=/tmp/he_all.jsonl
-  python -m codeagent_rl.main --config=configs/tiny.py --workdir=/tmp/tiny
+  python -m codeagent_rl.main --config=configs/tiny.py \
+      --workdir=/tmp/tiny_model
   python -m codeagent_rl.anticheat.train_classifier \
-      --humaneval_tasks=/tmp/he_all.jsonl --model_runs=/tmp/tiny \
+      --humaneval_tasks=/tmp/he_all.jsonl --model_runs=/tmp/tiny_model \
       --sandbox_backend=gvisor --out=codeagent_rl/anticheat/weights/stage1.json
 
 The corpus has three parts:

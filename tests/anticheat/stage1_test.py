@@ -141,6 +141,9 @@ def test_shipped_weights_load_and_roundtrip(tmp_path):
   # the command train_classifier's docstring gives.
   assert meta["samples"]["humaneval"] == 164
   assert meta["heldout_per_kind"]["humaneval"]["stage1_rate"] == 0.0
+  # ... and the tiny model's own solved episodes.
+  assert meta["samples"]["model"] > 0
+  assert meta["heldout_per_kind"]["model"]["stage1_rate"] == 0.0
   assert meta["enforced_flags"] == list(cfg.enforced_flags)
   doc = " ".join(train_classifier.__doc__.split()).replace("\\ ", "")
   assert " ".join(meta["argv"][1:]) in doc
