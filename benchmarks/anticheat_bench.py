@@ -49,7 +49,7 @@ from codeagent_rl.anticheat import stage2
 from codeagent_rl.envs import code_env
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
-from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import judge
 from configs import common
 
 _OUT = flags.DEFINE_string(

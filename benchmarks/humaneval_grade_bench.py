@@ -52,9 +52,9 @@ from absl import flags
 from codeagent_rl import solved
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
-from codeagent_rl.sandbox import judge
 from codeagent_rl.tasks import augment
 from codeagent_rl.tasks import humaneval
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import wrong_solutions
 
 _BACKEND = flags.DEFINE_enum(

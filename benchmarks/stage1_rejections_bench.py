@@ -60,7 +60,7 @@ from codeagent_rl.anticheat import stage1
 from codeagent_rl.anticheat import train_classifier
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
-from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 from configs import common
 

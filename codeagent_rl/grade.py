@@ -81,7 +81,7 @@ from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
 _TASKS = flags.DEFINE_string("tasks", None, "JSONL task file.")

@@ -72,7 +72,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.sandbox import harness
-from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from configs import common

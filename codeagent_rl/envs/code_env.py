@@ -45,7 +45,7 @@ from codeagent_rl import types
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
 # Why an episode stopped (`EpisodeState.stop_reason`).

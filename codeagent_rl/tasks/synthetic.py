@@ -48,13 +48,13 @@ from typing import Any
 from absl import app
 from absl import flags
 
-from codeagent_rl.sandbox import judge
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import families_algorithms
 from codeagent_rl.tasks import families_lists
 from codeagent_rl.tasks import families_numbers
 from codeagent_rl.tasks import families_text
 from codeagent_rl.tasks import family_base
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
 SPLITS = ("train", "test")
@@ -338,7 +338,7 @@ def _call(fn: Callable, args: list) -> tuple[bool, Any]:
 
 
 def _matches(got: Any, want: Any) -> bool:
-  """Equality as the sandbox judge sees it (its default config)."""
+  """Equality as the judge sees it (its default config)."""
   return judge.values_match(got, want)[0]
 
 

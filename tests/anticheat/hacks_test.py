@@ -18,7 +18,7 @@ from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import tokenizer as tokenizer_lib
-from codeagent_rl.sandbox import judge
+from codeagent_rl.tasks import judge
 
 from .conftest import default_config
 

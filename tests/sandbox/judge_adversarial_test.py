@@ -28,8 +28,8 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
 from codeagent_rl.sandbox import wire
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 from configs import common
 

@@ -13,8 +13,8 @@ import pytest
 
 from codeagent_rl import types
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
 from codeagent_rl.sandbox import wire
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
 N_HIDDEN = 4

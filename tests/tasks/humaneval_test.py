@@ -16,10 +16,10 @@ from codeagent_rl import types
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import augment
 from codeagent_rl.tasks import humaneval
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ import pytest
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
 from codeagent_rl.tasks import augment
 from codeagent_rl.tasks import humaneval
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import wrong_solutions
 

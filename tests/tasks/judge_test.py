@@ -8,8 +8,8 @@ import pytest
 from codeagent_rl import types
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.sandbox import judge
 from codeagent_rl.sandbox import wire
+from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
 TOL = judge.JudgeConfig(rel_tol=1e-6, abs_tol=1e-9)
