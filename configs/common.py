@@ -207,8 +207,8 @@ def get_anticheat_config() -> ml_collections.ConfigDict:
   # Judge stage 1 before a <submit> runs and do not execute rejected code
   # (saves sandbox time; the outcome is "not executed").
   anticheat.skip_flagged = True
-  # Rule flags that reject (anticheat/features.py FLAG_NAMES): the hacks by
-  # construction; the other flags are reported and feed the classifier.
+  # Rule flags that reject (from anticheat/names.py FLAG_NAMES): the hacks
+  # by construction; the other flags are reported and feed the classifier.
   anticheat.enforced_flags = (
     "process_exit",  # exit or kill before or during a function's tests
     "file_env_probing",  # judge's or other jobs' data, environ, result fd

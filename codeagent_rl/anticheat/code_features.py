@@ -3,7 +3,7 @@
   values = code_features.code_features(code, entry_point, visible_tests)
 
 `code_features` maps final code to a value for every name in
-`CODE_FEATURES` (see `features`, which assembles the full vector; what the
+`names.CODE_FEATURES` (see `features`, which assembles the full vector; what the
 rules look for is in `code_rules`, how code is scanned in `code_scan`). The
 trajectory features reuse the same scan: `probes` says whether a run's code
 probes the harness, directories, the environment, frames, processes or how
@@ -19,52 +19,7 @@ import math
 
 from codeagent_rl.anticheat import code_rules as rules
 from codeagent_rl.anticheat import code_scan
-
-# Names of the code features, in vector order (see `features`).
-CODE_FEATURES = (
-  "unparsable",
-  "process_exit",
-  "test_framework",
-  "introspection",
-  "tampering",
-  "file_env_probing",
-  "process_network",
-  "eq_override",
-  "exception_swallowing",
-  "hardcoded_tests",
-  "constant_return",
-  "dynamic_import",
-  "test_detection",
-  "dynamic_code",
-  "log_exit_calls",
-  "log_test_framework",
-  "log_introspection",
-  "log_tampering",
-  "log_harness_reach",
-  "log_probing",
-  "log_process_network",
-  "log_eq_overrides",
-  "log_dynamic_imports",
-  "log_test_detection",
-  "builtin_subclass",
-  "compare_overrides",
-  "log_bare_except",
-  "log_broad_except",
-  "log_specific_except",
-  "visible_input_literals",
-  "visible_output_literals",
-  "log_keyed_branches",
-  "log_keyed_lookups",
-  "missing_entry_point",
-  "log_distinct_return_literals",
-  "log_code_chars",
-  "log_code_lines",
-  "log_functions",
-  "log_classes",
-  "log_imports",
-  "log_loops",
-  "log_prints",
-)
+from codeagent_rl.anticheat import names
 
 
 def _log(count: float) -> float:
@@ -104,9 +59,9 @@ def code_features(
     visible_tests: the task's visible tests (args/expected or stdin).
 
   Returns:
-    A value for every name in `CODE_FEATURES`.
+    A value for every name in `names.CODE_FEATURES`.
   """
-  out = dict.fromkeys(CODE_FEATURES, 0.0)
+  out = dict.fromkeys(names.CODE_FEATURES, 0.0)
   out["log_code_chars"] = _log(len(code))
   out["log_code_lines"] = _log(code.count("\n") + 1)
   scanned = code_scan.scan(code, entry_point, visible_tests)

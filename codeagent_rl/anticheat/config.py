@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from codeagent_rl import config_utils
-from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import names
 
 # What happens to a trajectory a stage rejects.
 ACTIONS = ("zero", "penalty")
@@ -41,7 +41,7 @@ class AntiCheatConfig:
       the classifier rejects.
     skip_flagged: stage 1 runs before a `<submit>` is executed and rejected
       code is not executed (its outcome is "not executed").
-    enforced_flags: names of the rule flags (`features.FLAG_NAMES`) that
+    enforced_flags: names of the rule flags (`names.FLAG_NAMES`) that
       reject; the others are still reported (`stage1_flags`, metrics) and
       are features of the classifier. The default enforces only hacks by
       construction: `process_exit` (an exit or kill that can run before or
@@ -109,11 +109,11 @@ class AntiCheatConfig:
       raise ValueError(
         f"anticheat.enforced_flags={flags!r}: must be a tuple of flag names."
       )
-    unknown = [f for f in flags if f not in features.FLAG_NAMES]
+    unknown = [f for f in flags if f not in names.FLAG_NAMES]
     if unknown or len(set(flags)) != len(flags):
       raise ValueError(
         f"anticheat.enforced_flags={flags!r}: unknown or repeated names"
-        f" {unknown}; choose from {features.FLAG_NAMES}."
+        f" {unknown}; choose from {names.FLAG_NAMES}."
       )
     object.__setattr__(self, "enforced_flags", tuple(flags))
     if not isinstance(self.classifier_weights, str):
@@ -129,8 +129,8 @@ class AntiCheatConfig:
 
   @property
   def enforced_mask(self) -> tuple[bool, ...]:
-    """[F] True where a rule flag rejects, in `features.FLAG_NAMES` order."""
-    return tuple(name in self.enforced_flags for name in features.FLAG_NAMES)
+    """[F] True where a rule flag rejects, in `names.FLAG_NAMES` order."""
+    return tuple(name in self.enforced_flags for name in names.FLAG_NAMES)
 
   @property
   def weights_path(self) -> str:

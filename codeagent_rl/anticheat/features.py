@@ -1,11 +1,12 @@
 """Stage-1 features of a trajectory (host side: Python `ast` and NumPy).
 
-  vec = features.extract(code, actions, observations, task, result)
+  vec = features.extract(code, actions, observations,
+                         entry_point=..., visible_tests=..., result=...)
   vec = features.from_episode(state)        # a finished `code_env` episode
   features.flags_of(vec)                     # {"process_exit": True, ...}
 
 `extract` maps a trajectory to a fixed-length float32 vector whose entries
-are named by `FEATURE_NAMES`. Three groups:
+are named by `FEATURE_NAMES` (defined in `names`). Three groups:
 
 - **code** (the final code, through its AST; computed by `code_features`):
   exits and kills that can run before or during the tests, tests skipped
@@ -50,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from codeagent_rl.anticheat import code_features as code_lib
+from codeagent_rl.anticheat import names
 from codeagent_rl.envs import protocol
 from codeagent_rl.status import JobStatus
 
@@ -58,65 +60,18 @@ FAILING_LOOP_MIN = 3
 
 # --- The vector ------------------------------------------------------------
 
-# The code features come from one pass over the AST (`code_features`); both
-# names stay importable from here.
-CODE_FEATURES = code_lib.CODE_FEATURES
-code_features = code_lib.code_features
-
-TRAJECTORY_FEATURES = (
-  "probing_runs",
-  "failing_loop",
-  "log_turns",
-  "log_runs",
-  "repeated_action_ratio",
-  "log_max_same_failing_run",
-  "log_targeted_workarounds",
-  "log_probing_runs",
-  "log_format_errors",
-)
-# Per-test times are not a feature: the forkserver times tests at the
-# resolution of its pipe reads and shares a read's time evenly among the
-# results it brings, so a time says how results were batched, not how long a
-# test ran (measured on the process backend: 1.1e-5..2.4e-3 s per honest
-# test, 1.4e-6..1.9e-3 s per test of code that exits while loading).
-RUNTIME_FEATURES = (
-  "early_termination",
-  "unserialisable_output",
-  "executed",
-  "not_run_fraction",
-  "bad_output_fraction",
-  "error_fraction",
-  "crashed",
-)
-FEATURE_NAMES = CODE_FEATURES + TRAJECTORY_FEATURES + RUNTIME_FEATURES
-NUM_FEATURES = len(FEATURE_NAMES)
-FEATURE_INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
-
-# Rule flags, in `Rewards.stage1_flags` order; each is the feature of the
-# same name (> 0.5 means raised).
-FLAG_NAMES = (
-  "unparsable",
-  "process_exit",
-  "test_framework",
-  "introspection",
-  "tampering",
-  "file_env_probing",
-  "process_network",
-  "eq_override",
-  "exception_swallowing",
-  "hardcoded_tests",
-  "constant_return",
-  "dynamic_import",
-  "test_detection",
-  "probing_runs",
-  "failing_loop",
-  "early_termination",
-  "unserialisable_output",
-)
-NUM_FLAGS = len(FLAG_NAMES)
-FLAG_FEATURE = tuple(FEATURE_INDEX[name] for name in FLAG_NAMES)
-# Flags known before execution (the pre-execution gate uses these).
-PRE_EXECUTION_FLAGS = tuple(n for n in FLAG_NAMES if n not in RUNTIME_FEATURES)
+# The vector's layout (feature and flag names) is defined in `names`; it
+# stays importable from here.
+CODE_FEATURES = names.CODE_FEATURES
+TRAJECTORY_FEATURES = names.TRAJECTORY_FEATURES
+RUNTIME_FEATURES = names.RUNTIME_FEATURES
+FEATURE_NAMES = names.FEATURE_NAMES
+NUM_FEATURES = names.NUM_FEATURES
+FEATURE_INDEX = names.FEATURE_INDEX
+FLAG_NAMES = names.FLAG_NAMES
+NUM_FLAGS = names.NUM_FLAGS
+FLAG_FEATURE = names.FLAG_FEATURE
+PRE_EXECUTION_FLAGS = names.PRE_EXECUTION_FLAGS
 
 
 def _log(count: float) -> float:

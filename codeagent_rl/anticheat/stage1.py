@@ -6,12 +6,12 @@ with `functools.partial` before `jax.jit`:
   apply = jax.jit(functools.partial(stage1.stage1, cfg=cfg))
   rewards = apply(rewards, features_bn, params)
 
-- **Rules**: `stage1_flags[b, f]` is feature `features.FLAG_FEATURE[f]`
+- **Rules**: `stage1_flags[b, f]` is feature `names.FLAG_FEATURE[f]`
   > 0.5 (the host computed each flag's feature; see features.py).
 - **Classifier**: `stage1_score = sigmoid(((x - mean) / scale) . w + b)`, a
   logistic regression over the standardised features (`Stage1Params`,
-  trained by train_classifier.py; runtime features have weight 0, so the
-  score does not change with execution).
+  trained by corpus/train_classifier.py; runtime features have weight 0,
+  so the score does not change with execution).
 - **Reward update**: a trajectory is rejected when an enforced flag is
   raised, or (`cfg.classifier`) its score reaches `cfg.classifier_threshold`;
   its total becomes 0 ("zero") or `cfg.stage1_penalty` ("penalty").
@@ -32,12 +32,12 @@ import numpy as np
 
 from codeagent_rl import types
 from codeagent_rl.anticheat import config as config_lib
-from codeagent_rl.anticheat import features as features_lib
+from codeagent_rl.anticheat import names
 
 
 @struct.dataclass
 class Stage1Params:
-  """Logistic-regression parameters over `features.FEATURE_NAMES`.
+  """Logistic-regression parameters over `names.FEATURE_NAMES`.
 
   Attributes:
     weights: [N] float32 weights of the standardised features.
@@ -52,7 +52,7 @@ class Stage1Params:
   scale: jax.Array
 
   @classmethod
-  def zeros(cls, num_features: int = features_lib.NUM_FEATURES) -> Stage1Params:
+  def zeros(cls, num_features: int = names.NUM_FEATURES) -> Stage1Params:
     """Parameters whose score is 0.5 everywhere (for shapes and tests)."""
     return cls(
       weights=jnp.zeros((num_features,), jnp.float32),
@@ -63,7 +63,6 @@ class Stage1Params:
 
   def to_json(self) -> dict:
     """JSON-safe dict keyed by feature name (see `from_json`)."""
-    names = features_lib.FEATURE_NAMES
     return {
       "bias": float(self.bias),
       "features": {
@@ -73,7 +72,7 @@ class Stage1Params:
           "scale": float(s),
         }
         for name, w, m, s in zip(
-          names,
+          names.FEATURE_NAMES,
           np.asarray(self.weights),
           np.asarray(self.mean),
           np.asarray(self.scale),
@@ -87,25 +86,29 @@ class Stage1Params:
     """Inverse of `to_json`.
 
     Raises:
-      ValueError: the features differ from `features.FEATURE_NAMES` (the
-        weights are stale: retrain with train_classifier.py) or a value is
-        missing or not finite.
+      ValueError: the features differ from `names.FEATURE_NAMES` (the
+        weights are stale: retrain with corpus/train_classifier.py) or a
+        value is missing or not finite.
     """
-    names = features_lib.FEATURE_NAMES
+    feature_names = names.FEATURE_NAMES
     table = data.get("features") if isinstance(data, dict) else None
-    if not isinstance(table, dict) or list(table) != list(names):
+    if not isinstance(table, dict) or list(table) != list(feature_names):
       have = list(table) if isinstance(table, dict) else table
       missing = [
-        n for n in names if not isinstance(table, dict) or n not in table
+        n
+        for n in feature_names
+        if not isinstance(table, dict) or n not in table
       ]
       raise ValueError(
-        "stage-1 weights: features do not match features.FEATURE_NAMES"
+        "stage-1 weights: features do not match names.FEATURE_NAMES"
         f" (missing {missing}, file has {have!r:.200}); regenerate them with"
-        " the command in codeagent_rl/anticheat/train_classifier.py."
+        " the command in codeagent_rl/anticheat/corpus/train_classifier.py."
       )
     try:
       columns = {
-        key: np.asarray([float(table[n][key]) for n in names], np.float32)
+        key: np.asarray(
+          [float(table[n][key]) for n in feature_names], np.float32
+        )
         for key in ("weight", "mean", "scale")
       }
       bias = np.float32(float(data["bias"]))
@@ -141,8 +144,8 @@ def score(features_bn: jax.Array, params: Stage1Params) -> jax.Array:
 
 
 def rule_flags(features_bn: jax.Array) -> jax.Array:
-  """[..., N] features -> [..., F] bool rule flags (`features.FLAG_NAMES`)."""
-  index = jnp.asarray(features_lib.FLAG_FEATURE, jnp.int32)
+  """[..., N] features -> [..., F] bool rule flags (`names.FLAG_NAMES`)."""
+  index = jnp.asarray(names.FLAG_FEATURE, jnp.int32)
   return jnp.take(features_bn, index, axis=-1) > 0.5
 
 
@@ -183,7 +186,7 @@ def stage1(
     `rewards` with `stage1_flags`, `stage1_score` set and the total of
     rejected trajectories replaced by 0 or `cfg.stage1_penalty`.
   """
-  chex.assert_axis_dimension(features_bn, -1, features_lib.NUM_FEATURES)
+  chex.assert_axis_dimension(features_bn, -1, names.NUM_FEATURES)
   flags = rule_flags(features_bn)
   chex.assert_equal_shape([flags, rewards.stage1_flags])
   p = score(features_bn, params)
@@ -226,6 +229,6 @@ def summary(
     "anticheat/flag_rate": jnp.mean(reject.astype(jnp.float32)),
     "anticheat/score_mean": jnp.mean(rewards.stage1_score),
   }
-  for i, name in enumerate(features_lib.FLAG_NAMES):
+  for i, name in enumerate(names.FLAG_NAMES):
     out[f"anticheat/flag/{name}"] = jnp.mean(flags[..., i].astype(jnp.float32))
   return out
