@@ -367,18 +367,10 @@ class _Progress:
     )
 
 
-def _sandbox_config() -> config_lib.SandboxConfig:
-  backend = _BACKEND.value
-  sandbox_flag = flags.FLAGS["sandbox_backend"]
-  if backend is not None and sandbox_flag.present:
-    if sandbox_flag.value != backend:
-      raise app.UsageError(
-        f"--backend={backend} contradicts"
-        f" --sandbox_backend={sandbox_flag.value}."
-      )
-  overrides = {} if backend is None else {"backend": backend}
+def _sandbox_config(**overrides) -> config_lib.SandboxConfig:
+  """The sandbox of the flags (`--backend` applied); stops on a bad value."""
   try:
-    return harness.config_from_flags(**overrides)
+    return harness.config_from_cli_flags(_BACKEND.value, **overrides)
   except ValueError as e:
     sys.exit(str(e))
 

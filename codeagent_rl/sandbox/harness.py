@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 
+from absl import app
 from absl import flags
 
 from codeagent_rl.sandbox import config as config_lib
@@ -123,6 +124,32 @@ def config_from_flags(**overrides) -> config_lib.SandboxConfig:
   }
   values.update(overrides)
   return config_lib.SandboxConfig(**values)
+
+
+def config_from_cli_flags(
+  backend: str | None, **overrides
+) -> config_lib.SandboxConfig:
+  """`config_from_flags` for a CLI whose `--backend` is short for the flag.
+
+  Args:
+    backend: the CLI's `--backend` value (None: not given, so
+      `--sandbox_backend` decides).
+    **overrides: fields to set regardless of the flags (e.g. pool_size=1).
+
+  Raises:
+    app.UsageError: `--backend` contradicts a given `--sandbox_backend`.
+    ValueError: a flag's value is invalid (the message names the flag); the
+      CLI decides how it stops.
+  """
+  sandbox_flag = flags.FLAGS["sandbox_backend"]
+  if backend is not None:
+    if sandbox_flag.present and sandbox_flag.value != backend:
+      raise app.UsageError(
+        f"--backend={backend} contradicts"
+        f" --sandbox_backend={sandbox_flag.value}."
+      )
+    overrides["backend"] = backend
+  return config_from_flags(**overrides)
 
 
 def make_launcher(config: config_lib.SandboxConfig):

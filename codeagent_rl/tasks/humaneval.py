@@ -795,17 +795,9 @@ def _define_flags() -> None:
 
 
 def _sandbox_config() -> config_lib.SandboxConfig:
-  backend = flags.FLAGS.backend
-  sandbox_flag = flags.FLAGS["sandbox_backend"]
-  if backend is not None and sandbox_flag.present:
-    if sandbox_flag.value != backend:
-      raise app.UsageError(
-        f"--backend={backend} contradicts"
-        f" --sandbox_backend={sandbox_flag.value}."
-      )
-  overrides = {} if backend is None else {"backend": backend}
+  """The flags' sandbox (`--backend` applied); bad values are usage errors."""
   try:
-    return harness.config_from_flags(**overrides)
+    return harness.config_from_cli_flags(flags.FLAGS.backend)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
 

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 
+from absl import app
 from absl import flags
 from absl.testing import flagsaver
 import pytest
@@ -124,6 +125,19 @@ def test_config_from_flags():
     flags.FLAGS(["prog", "--sandbox_pool_size=0"])
     with pytest.raises(ValueError, match="--sandbox_pool_size=0"):
       harness.config_from_flags()
+
+
+def test_config_from_cli_flags_applies_the_short_backend_flag():
+  with flagsaver.flagsaver():
+    flags.FLAGS(["prog", "--sandbox_pool_size=3"])
+    assert harness.config_from_cli_flags(None).backend == "gvisor"
+    config = harness.config_from_cli_flags("process", pool_size=1)
+  assert (config.backend, config.pool_size) == ("process", 1)
+  with flagsaver.flagsaver():
+    flags.FLAGS(["prog", "--sandbox_backend=process"])
+    assert harness.config_from_cli_flags("process").backend == "process"
+    with pytest.raises(app.UsageError, match="--backend=gvisor contradicts"):
+      harness.config_from_cli_flags("gvisor")
 
 
 def test_missing_runsc_says_what_to_do():
