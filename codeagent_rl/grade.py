@@ -4,6 +4,10 @@ r"""Offline grading: samples JSONL -> results JSONL, and pass@k.
       --out=RESULTS.jsonl [--backend=gvisor|process] \
       [--config=configs/tiny.py | --anticheat=none]
 
+  # One solution file against one task: suites A and B, no anti-cheat.
+  python -m codeagent_rl.grade --tasks=TASKS.jsonl --task_id=ID \
+      --code_file=SOL.py [--backend=gvisor|process]
+
 A sample line is `{"task_id": ..., "completion": "<python source>"}`,
 optionally with `"trajectory": [actions]` (each the action text, or a
 `["run" | "submit", code]` pair) and `"observations": [str | null, ...]`
@@ -47,6 +51,12 @@ suite A (and of suite B; an empty suite B counts as passed). Problems with
 the inputs stop the run before any grading with a message that names the
 file and line.
 
+With `--code_file` (and `--task_id`), the one solution runs on the task's
+suites A and B in one sandbox and stdout is one JSON object: status,
+suite_a {passed, total, verdicts}, suite_b {...} (the judge's `Grade`),
+printed whatever the solution did; no anti-cheat runs, so `--samples`,
+`--out`, `--config` and `--anticheat` do not apply.
+
 The sandbox is set by the `--sandbox_*` flags of `sandbox/harness.py`;
 `--backend` is a short form of `--sandbox_backend`.
 """
@@ -89,6 +99,15 @@ _SAMPLES = flags.DEFINE_string(
   "samples", None, 'JSONL samples: {"task_id", "completion"} per line.'
 )
 _OUT = flags.DEFINE_string("out", None, "JSONL results, one line per sample.")
+_CODE_FILE = flags.DEFINE_string(
+  "code_file",
+  None,
+  "Grade this one solution (Python source) against --task_id instead of"
+  " --samples; prints its grade as one JSON object.",
+)
+_TASK_ID = flags.DEFINE_string(
+  "task_id", None, "With --code_file: the task of --tasks to grade against."
+)
 _BACKEND = flags.DEFINE_enum(
   "backend",
   None,
@@ -432,18 +451,68 @@ def _anticheat() -> tuple[pipeline.AntiCheat | None, str]:
     sys.exit(f"{where}: {e}")
 
 
+def _read_tasks() -> dict[str, schema.Task]:
+  """task_id -> task of `--tasks`; stops with the file and line of a problem."""
+  try:
+    return {t.task_id: t for t in schema.read_tasks(_TASKS.value)}
+  except (OSError, schema.TaskFormatError) as e:
+    sys.exit(f"--tasks: {e}")
+
+
+# Flags of the samples mode that a --code_file run must not be given.
+_SAMPLES_MODE_FLAGS = ("samples", "out", "config", "anticheat")
+
+
+def _grade_one_solution() -> None:
+  """The --code_file mode: grades one solution, prints its `judge.Grade`."""
+  given = [f"--{n}" for n in _SAMPLES_MODE_FLAGS if flags.FLAGS[n].present]
+  if given:
+    raise app.UsageError(
+      f"{', '.join(given)}: not with --code_file, which grades one solution"
+      " without the anti-cheat; drop them, or grade --samples instead."
+    )
+  if _TASK_ID.value is None:
+    raise app.UsageError("--code_file needs --task_id: the task to grade.")
+  try:
+    with open(_CODE_FILE.value, encoding="utf-8") as f:
+      code = f.read()
+  except OSError as e:
+    raise app.UsageError(
+      f"--code_file={_CODE_FILE.value}: cannot read: {e}"
+    ) from None
+  tasks = _read_tasks()
+  if _TASK_ID.value not in tasks:
+    sys.exit(f"--task_id={_TASK_ID.value!r} is not in {_TASKS.value}.")
+  config = _sandbox_config(pool_size=1)
+  try:
+    pool = harness.SandboxPool(config)
+  except gvisor.SetupError as e:
+    sys.exit(str(e))
+  with pool:
+    graded = judge.grade(pool, tasks[_TASK_ID.value], code)
+  print(json.dumps(graded.to_json()))
+
+
 def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.grade`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if _CODE_FILE.value is not None:
+    _grade_one_solution()
+    return
+  if _TASK_ID.value is not None:
+    raise app.UsageError("--task_id goes with --code_file (one solution).")
+  missing = [n for n in ("samples", "out") if flags.FLAGS[n].value is None]
+  if missing:
+    raise app.UsageError(
+      f"--{' and --'.join(missing)} required: grade --samples into --out, or"
+      " one --code_file against --task_id."
+    )
   _check_anticheat_flags()
   # Rewards are tiny arrays; never claim an accelerator for them.
   jax.config.update("jax_platforms", "cpu")
   config = _sandbox_config()
-  try:
-    tasks = {t.task_id: t for t in schema.read_tasks(_TASKS.value)}
-  except (OSError, schema.TaskFormatError) as e:
-    sys.exit(f"--tasks: {e}")
+  tasks = _read_tasks()
   try:
     samples = read_samples(_SAMPLES.value, tasks)
   except (OSError, SampleFormatError) as e:
@@ -486,5 +555,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["tasks", "samples", "out"])
+  flags.mark_flags_as_required(["tasks"])
   app.run(main)

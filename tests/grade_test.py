@@ -723,3 +723,99 @@ def test_cli_config_without_anticheat_section(tmp_path):
   )
   assert proc.returncode != 0
   assert "no `anticheat` section" in proc.stderr
+
+
+# --- One solution (--code_file) -------------------------------------------
+
+
+def _one_solution_task(task_id: str, hidden: list, heldout: list):
+  return schema.Task(
+    task_id=task_id,
+    prompt="Add two numbers.",
+    entry_point="add",
+    kind="function",
+    visible_tests=(),
+    hidden_tests=tuple(hidden),
+    heldout_tests=tuple(heldout),
+    reference_solution=CORRECT,
+    metadata={"source": "test"},
+  )
+
+
+def test_cli_one_solution(tmp_path):
+  tasks = tmp_path / "tasks.jsonl"
+  schema.write_tasks(
+    tasks,
+    [
+      _one_solution_task("other", [{"args": [0, 0], "expected": 1}], []),
+      _one_solution_task(
+        "add",
+        [
+          {"args": [1, 2], "expected": 3},
+          {"args": [(1,), (2,)], "expected": (1, 2)},
+          {"args": [0.1, 0.2], "expected": 0.3},
+        ],
+        [
+          {"args": [2, 2], "expected": 4},
+          {"args": [-1, 1], "expected": 1},
+          {
+            "args": [5, 5],
+            "checker": "def check(a, k, out):\n  return out == 10\n",
+          },
+        ],
+      ),
+    ],
+  )
+  sol = tmp_path / "sol.py"
+  sol.write_text(CORRECT)
+  proc = run_cli(f"--tasks={tasks}", "--task_id=add", f"--code_file={sol}")
+  assert proc.returncode == 0, proc.stderr
+  out = json.loads(proc.stdout)
+  assert out["status"] == "ok"
+  assert out["task_id"] == "add"
+  assert (out["suite_a"]["passed"], out["suite_a"]["total"]) == (3, 3)
+  assert (out["suite_b"]["passed"], out["suite_b"]["total"]) == (2, 3)
+  assert out["suite_b"]["verdicts"][1] == {
+    "passed": False,
+    "reason": "0 != 1",
+  }
+
+
+@pytest.mark.parametrize(
+  "args,fragment",
+  [
+    (["--tasks={bad}", "--task_id=x"], "bad.jsonl:2: not valid JSON"),
+    (["--tasks={good}", "--task_id=x"], "--task_id='x' is not in"),
+    (["--tasks={good}"], "--code_file needs --task_id"),
+    (
+      ["--tasks={good}", "--task_id=add", "--samples=s.jsonl", "--out=o"],
+      "--samples, --out: not with --code_file",
+    ),
+    (
+      ["--tasks={good}", "--task_id=add", "--anticheat=none"],
+      "--anticheat: not with --code_file",
+    ),
+  ],
+  ids=["bad_task_file", "unknown_task", "no_task_id", "samples", "anticheat"],
+)
+def test_cli_one_solution_errors_stop_with_a_message(tmp_path, args, fragment):
+  sol = tmp_path / "sol.py"
+  sol.write_text(CORRECT)
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text("\n{not json\n")
+  good = tmp_path / "good.jsonl"
+  schema.write_tasks(good, [_add_task()])
+  args = [a.format(bad=bad, good=good) for a in args]
+  proc = run_cli(f"--code_file={sol}", "--backend=process", *args)
+  assert proc.returncode != 0
+  assert proc.stdout == ""
+  assert fragment in proc.stderr, proc.stderr
+
+
+def test_cli_task_id_needs_code_file(tmp_path):
+  tasks, samples, out = _cli_files(tmp_path, [])
+  proc = run_cli(
+    f"--tasks={tasks}", f"--samples={samples}", f"--out={out}", "--task_id=add"
+  )
+  assert proc.returncode != 0
+  assert "--task_id goes with --code_file" in proc.stderr

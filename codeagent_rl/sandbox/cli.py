@@ -1,19 +1,18 @@
-"""Command line: run a program, or grade a solution against a task.
+"""Command line: run one program in the sandbox.
 
   # Run PROG.py once (stdin from IN, else empty); prints one JSON object with
   # status, exit_code, stdout, stderr, duration_s (and reason).
   python -m codeagent_rl.sandbox --code_file=PROG.py [--stdin_file=IN] \
       [--timeout_s=S]
 
-  # Grade SOL.py on a task's suite A (hidden) and suite B (held out); prints
-  # status, suite_a {passed, total, verdicts}, suite_b {...}.
-  python -m codeagent_rl.sandbox --task_file=TASKS.jsonl --task_id=ID \
-      --code_file=SOL.py
+Grading a solution against a task (expected values, the judge) is
+`python -m codeagent_rl.grade --tasks=TASKS.jsonl --task_id=ID
+--code_file=SOL.py`: the sandbox knows nothing of tasks.
 
 The `--sandbox_*` / `--runsc_*` flags of `harness.py` choose the backend and
 limits; one sandbox is started. The exit code is 0 whenever a JSON object
-is printed, whatever the job's status; setup problems (no runsc, a bad task
-file, a missing file) stop with a message and a non-zero code.
+is printed, whatever the job's status; setup problems (no runsc, a missing
+file, a bad flag value) stop with a message and a non-zero code.
 """
 
 from __future__ import annotations
@@ -27,12 +26,8 @@ from absl import flags
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.tasks import judge
-from codeagent_rl.tasks import schema
 
-_CODE_FILE = flags.DEFINE_string(
-  "code_file", None, "The program (or, with --task_file, the solution)."
-)
+_CODE_FILE = flags.DEFINE_string("code_file", None, "The program to run.")
 _STDIN_FILE = flags.DEFINE_string(
   "stdin_file", None, "Stdin of the program (default: empty)."
 )
@@ -42,10 +37,6 @@ _TIMEOUT_S = flags.DEFINE_float(
   "Job time limit in seconds (default: --sandbox_timeout_s). A single"
   " program run gets it as its per-test limit too.",
 )
-_TASK_FILE = flags.DEFINE_string(
-  "task_file", None, "JSONL task file; grade --code_file against --task_id."
-)
-_TASK_ID = flags.DEFINE_string("task_id", None, "The task to grade against.")
 
 
 def _read(path: str, what: str) -> str:
@@ -71,32 +62,13 @@ def run_program(pool: harness.SandboxPool, code: str, stdin: str) -> dict:
   return out
 
 
-def grade_task(pool: harness.SandboxPool, task: schema.Task, code: str) -> dict:
-  """Grades `code` on `task`; the CLI's JSON object for it."""
-  grade = judge.grade(pool, task, code, timeout_s=_TIMEOUT_S.value)
-  return grade.to_json()
-
-
 def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.sandbox`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if _CODE_FILE.value is None:
     raise app.UsageError("--code_file is required.")
-  if (_TASK_FILE.value is None) != (_TASK_ID.value is None):
-    raise app.UsageError("--task_file and --task_id go together.")
   code = _read(_CODE_FILE.value, "code_file")
-  task = None
-  if _TASK_FILE.value is not None:
-    if _STDIN_FILE.value is not None:
-      raise app.UsageError("--stdin_file does not apply with --task_file.")
-    try:
-      tasks = {t.task_id: t for t in schema.read_tasks(_TASK_FILE.value)}
-    except (OSError, schema.TaskFormatError) as e:
-      sys.exit(f"--task_file: {e}")
-    if _TASK_ID.value not in tasks:
-      sys.exit(f"--task_id={_TASK_ID.value!r} is not in {_TASK_FILE.value}.")
-    task = tasks[_TASK_ID.value]
   stdin = (
     "" if _STDIN_FILE.value is None else _read(_STDIN_FILE.value, "stdin_file")
   )
@@ -109,7 +81,5 @@ def main(argv: list[str]) -> None:
   except gvisor.SetupError as e:
     sys.exit(str(e))
   with pool:
-    out = (
-      grade_task(pool, task, code) if task else run_program(pool, code, stdin)
-    )
+    out = run_program(pool, code, stdin)
   print(json.dumps(out))
