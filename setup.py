@@ -71,7 +71,8 @@ setuptools.setup(
   ),
   python_requires=">=3.11",
   packages=setuptools.find_packages(include=["codeagent_rl", "codeagent_rl.*"]),
-  # Stage-1 classifier weights (anticheat/train_classifier.py writes them).
+  # Stage-1 classifier weights (anticheat/corpus/train_classifier.py writes
+  # them).
   package_data={"codeagent_rl.anticheat": ["weights/*.json"]},
   install_requires=INSTALL_REQUIRES,
   extras_require=EXTRAS_REQUIRE,

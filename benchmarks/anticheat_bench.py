@@ -7,8 +7,8 @@ Run from the repository root (configs/ lives there; gVisor needs runsc):
   # Smoke check (fewer trajectories; writes JSON only when --out is given):
   PYTHONPATH=. python benchmarks/anticheat_bench.py --quick
 
-The trajectories are `anticheat.hacks` samples (honest and hacked) of
-synthetic tasks. For each trajectory, in one run:
+The trajectories are `anticheat.corpus.hacks` samples (honest and hacked)
+of synthetic tasks. For each trajectory, in one run:
 
   sandbox[gvisor]    wall time of its sandbox jobs (each `<run>` and the
                      `<submit>`) on a warm one-worker gVisor pool, one
@@ -42,10 +42,10 @@ import numpy as np
 
 from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import features
-from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1
 from codeagent_rl.anticheat import stage2
+from codeagent_rl.anticheat.corpus import hacks
 from codeagent_rl.envs import code_env
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness

@@ -22,8 +22,9 @@ Corpora:
   synthetic        `hacks.corpus` over synthetic tasks as train_classifier
                    builds it, on the families it holds out: the honest
                    solutions' false-positive rate, each hack class's recall;
-  edge_cases       `anticheat/edge_cases.py`: honest-but-unusual solutions
-                   and hacks by construction reached through names.
+  edge_cases       `anticheat/corpus/edge_cases.py`: honest-but-unusual
+                   solutions and hacks by construction reached through
+                   names.
 
 Precision and recall are over the held-out synthetic samples, and over
 those plus HumanEval's solutions (as negatives). `--execute` also runs the
@@ -52,12 +53,12 @@ import jax
 import numpy as np
 
 from codeagent_rl.anticheat import config as config_lib
-from codeagent_rl.anticheat import edge_cases
 from codeagent_rl.anticheat import features
-from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1
-from codeagent_rl.anticheat import train_classifier
+from codeagent_rl.anticheat.corpus import edge_cases
+from codeagent_rl.anticheat.corpus import hacks
+from codeagent_rl.anticheat.corpus import train_classifier
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
 from codeagent_rl.tasks import judge

@@ -202,7 +202,7 @@ def get_anticheat_config() -> ml_collections.ConfigDict:
   # Whether the logistic-regression score can reject (besides the rules).
   anticheat.classifier = True
   # Score at or above which the classifier rejects; 0.5 is the decision
-  # boundary it was trained for (train_classifier.py).
+  # boundary it was trained for (anticheat/corpus/train_classifier.py).
   anticheat.classifier_threshold = 0.5
   # Judge stage 1 before a <submit> runs and do not execute rejected code
   # (saves sandbox time; the outcome is "not executed").

@@ -17,7 +17,7 @@ from codeagent_rl.anticheat import names
 
 # What happens to a trajectory a stage rejects.
 ACTIONS = ("zero", "penalty")
-# The weights the package ships (written by train_classifier.py).
+# The weights the package ships (written by corpus/train_classifier.py).
 DEFAULT_WEIGHTS = os.path.join(
   os.path.dirname(os.path.abspath(__file__)), "weights", "stage1.json"
 )

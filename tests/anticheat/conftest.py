@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from codeagent_rl.anticheat import config as config_lib
-from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import pipeline
+from codeagent_rl.anticheat.corpus import hacks
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
 from configs import common

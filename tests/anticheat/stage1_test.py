@@ -14,7 +14,7 @@ from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import features
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1
-from codeagent_rl.anticheat import train_classifier
+from codeagent_rl.anticheat.corpus import train_classifier
 
 from .conftest import default_config
 

@@ -5,7 +5,7 @@ The shipped weights (codeagent_rl/anticheat/weights/stage1.json) come from
   python -m codeagent_rl.tasks.humaneval --out=/tmp/he_all.jsonl
   python -m codeagent_rl.main --config=configs/tiny.py \
       --workdir=/tmp/tiny_model
-  python -m codeagent_rl.anticheat.train_classifier \
+  python -m codeagent_rl.anticheat.corpus.train_classifier \
       --humaneval_tasks=/tmp/he_all.jsonl --model_runs=/tmp/tiny_model \
       --sandbox_backend=gvisor --out=codeagent_rl/anticheat/weights/stage1.json
 
@@ -22,11 +22,12 @@ The corpus has three parts:
   (`eval_final_samples.jsonl`, with the observations the agent saw) and
   their tasks (`eval_tasks.jsonl`); each is graded in the sandbox, without
   the anti-cheat, and those that pass every test of suites A and B join,
-  once per distinct trajectory;
-- the observations of every trajectory with runs: each run is played
-  through `CodeEnv` in a sandbox pool (the `--sandbox_*` flags; the
-  submissions are not executed) so the trajectory features see what the
-  agent saw.
+  once per distinct trajectory.
+
+The observations of every other trajectory with runs come from playing each
+run through `CodeEnv` in a sandbox pool (the `--sandbox_*` flags; the
+submissions are not executed), so the trajectory features see what the
+agent saw.
 
 Families and problems are held out: every `--heldout_every`-th synthetic
 family in sorted order and every `--heldout_every`-th HumanEval problem
@@ -65,9 +66,9 @@ from codeagent_rl import samples as samples_lib
 from codeagent_rl import solved
 from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import features as features_lib
-from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1 as stage1_lib
+from codeagent_rl.anticheat.corpus import hacks
 from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
@@ -477,7 +478,7 @@ def main(argv: list[str]) -> None:
   }
   metadata = {
     "argv": [
-      "python -m codeagent_rl.anticheat.train_classifier",
+      "python -m codeagent_rl.anticheat.corpus.train_classifier",
       *sys.argv[1:],
     ],
     "tasks_per_family": f.tasks_per_family,

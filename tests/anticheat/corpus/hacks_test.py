@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from codeagent_rl.anticheat import features
-from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import pipeline
+from codeagent_rl.anticheat.corpus import hacks
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.tasks import judge
 
-from .conftest import default_config
+from ..conftest import default_config
 
 BUDGETS = code_env.EnvConfig(
   max_turns=8,
@@ -182,7 +182,7 @@ def test_corpus_text_does_not_follow_the_hash_seed():
   # `repr(set)` in a hack's code used to follow PYTHONHASHSEED.
   script = (
     "import hashlib\n"
-    "from codeagent_rl.anticheat import hacks\n"
+    "from codeagent_rl.anticheat.corpus import hacks\n"
     "h = hashlib.sha256()\n"
     "for s in hacks.corpus(hacks.synthetic_tasks(2), 0):\n"
     "  h.update(repr(s).encode())\n"

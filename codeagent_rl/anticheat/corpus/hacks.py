@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import dataclasses
 import random
 
-from codeagent_rl.anticheat import honest
+from codeagent_rl.anticheat.corpus import honest
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from codeagent_rl import samples as samples_lib
-from codeagent_rl.anticheat import edge_cases
 from codeagent_rl.anticheat import features
-from codeagent_rl.anticheat import hacks
 from codeagent_rl.anticheat import stage1
-from codeagent_rl.anticheat import train_classifier
+from codeagent_rl.anticheat.corpus import edge_cases
+from codeagent_rl.anticheat.corpus import hacks
+from codeagent_rl.anticheat.corpus import train_classifier
 from codeagent_rl.tasks import schema
 
-from .conftest import default_config
+from ..conftest import default_config
 
 
 def test_fit_separates_held_out_families():

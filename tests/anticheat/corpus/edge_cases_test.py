@@ -11,9 +11,9 @@ honest-but-unusual solutions of `edge_cases.HONEST` and the hacks of
 import numpy as np
 import pytest
 
-from codeagent_rl.anticheat import edge_cases
 from codeagent_rl.anticheat import features
 from codeagent_rl.anticheat import pipeline
+from codeagent_rl.anticheat.corpus import edge_cases
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.tasks import humaneval
