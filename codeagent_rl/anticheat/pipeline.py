@@ -2,7 +2,8 @@
 
   ac = pipeline.AntiCheat.from_config(cfg)          # loads the weights
   env = code_env.CodeEnv(pool, tok, budgets, pre_submit=ac.pre_submit)
-  rewards = ac.episode_rewards(final_states)        # judge + stage 1 + 2
+  rewards, features_bn = ac.episode_rewards(final_states)  # stage 1 + 2
+  rewards, scalars = ac.rollout_rewards(final_states)      # + metrics
 
 The stage functions (stage1.py, stage2.py) are pure; this module reads the
 weights JSON, computes features on the host and calls them, jitted once per
@@ -159,6 +160,37 @@ class AntiCheat:
     vectors = np.stack([features_lib.from_episode(s) for s in states])
     rewards = rewards_from_outcomes([s.outcome for s in states])
     return self.apply(rewards, vectors), vectors
+
+  def rollout_rewards(
+    self, states: Sequence[code_env.EpisodeState]
+  ) -> tuple[types.Rewards, dict[str, float]]:
+    """Rewards of a rollout's finished episodes, and the anti-cheat metrics.
+
+    Args:
+      states: finished episodes (`done`).
+
+    Returns:
+      (rewards [B] after both stages, scalars): `stage1.summary`'s metrics
+      (`anticheat/flag_rate` is the share stage 1 rejected, what the
+      flag-rate monitor reads; `anticheat/flag/<name>`;
+      `anticheat/score_mean`), `anticheat/flagged_rate` (the share with
+      any flag raised: most flags are only classifier features, so code
+      that does not parse is flagged, not rejected),
+      `anticheat/skipped_rate` (the share not executed because stage 1
+      rejected it before) and `anticheat/stage2_fail_rate`.
+    """
+    rewards, _ = self.episode_rewards(states)
+    flags = np.asarray(rewards.stage1_flags)
+    skipped = [s.outcome.reason == SKIP_REASON for s in states]
+    scalars = {
+      k: float(v) for k, v in stage1_lib.summary(rewards, self.config).items()
+    }
+    scalars["anticheat/flagged_rate"] = float(flags.any(axis=1).mean())
+    scalars["anticheat/skipped_rate"] = float(np.mean(skipped))
+    scalars["anticheat/stage2_fail_rate"] = float(
+      1.0 - np.mean(np.asarray(rewards.stage2_ok, np.float32))
+    )
+    return rewards, scalars
 
 
 def _both_stages(
