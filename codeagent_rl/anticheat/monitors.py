@@ -1,9 +1,15 @@
 """Alarms over the metrics history: signs that the policy games the reward.
 
-Host side and side-effect free: `check` reads the per-iteration metric dicts
-(the names in `codeagent_rl/train/metrics.py`) and returns the alarms of the
-latest iteration; the trainer logs them as warnings and, through
-`alarm_metrics`, as `monitor/<name>` metrics.
+  watcher = monitors.Watcher(cfg)          # warns through logging.warning
+  metrics = watcher(history)               # {"monitor/<name>": 0.0 | 1.0}
+  monitors.alarm_counts(records)           # {name: iterations it fired}
+
+Host side. `check` is side-effect free: it reads the per-iteration metric
+dicts (the names in `codeagent_rl/train/metrics.py`) and returns the alarms
+of the latest iteration; `alarm_metrics` turns them into `monitor/<name>`
+metrics. `Watcher` is the trainer's loop of both: it warns (through the
+function it is given) when an alarm starts firing, not again while it keeps
+firing.
 
 Monitors (registry `MONITORS`, evaluated at the last iteration):
 
@@ -39,6 +45,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
+import logging
 import math
 import numbers
 from typing import Any
@@ -185,18 +192,26 @@ def _window_mean(values: np.ndarray) -> float:
   return float(finite.mean())
 
 
+def _previous_and_last(values: np.ndarray, w: int) -> tuple[float, float]:
+  """Means of the window before the last one and of the last one."""
+  return _window_mean(values[-2 * w : -w]), _window_mean(values[-w:])
+
+
+def _first_and_last(values: np.ndarray, w: int) -> tuple[float, float]:
+  """Means of the first window (the baseline) and of the last one."""
+  return _window_mean(values[:w]), _window_mean(values[-w:])
+
+
 def _pass_up_length_down(h: _History, cfg: MonitorConfig) -> str | None:
   w = cfg.window
   if len(h) < 2 * w:
     return None
-  passed = h.column("reward/pass_a")
-  before, recent = _window_mean(passed[-2 * w : -w]), _window_mean(passed[-w:])
+  before, recent = _previous_and_last(h.column("reward/pass_a"), w)
   if not recent - before >= cfg.pass_rise:  # NaN compares False: quiet
     return None
   fell = []
   for key in ("length/passing_turns", "length/passing_tokens"):
-    values = h.column(key)
-    old, new = _window_mean(values[-2 * w : -w]), _window_mean(values[-w:])
+    old, new = _previous_and_last(h.column(key), w)
     if old > 0 and new <= (1 - cfg.length_drop) * old:
       fell.append(f"{key} {old:.4g} -> {new:.4g}")
   if not fell:
@@ -212,8 +227,7 @@ def _code_length_collapse(h: _History, cfg: MonitorConfig) -> str | None:
   w = cfg.window
   if len(h) < 2 * w:
     return None
-  chars = h.column("code/chars_mean")
-  first, recent = _window_mean(chars[:w]), _window_mean(chars[-w:])
+  first, recent = _first_and_last(h.column("code/chars_mean"), w)
   if not (first > 0 and recent <= (1 - cfg.code_drop) * first):
     return None
   return (
@@ -264,7 +278,7 @@ def _suite_gap_widening(h: _History, cfg: MonitorConfig) -> str | None:
   if len(h) < 2 * w:
     return None
   gap = h.column("reward/suite_a") - h.column("reward/suite_b")
-  first, recent = _window_mean(gap[:w]), _window_mean(gap[-w:])
+  first, recent = _first_and_last(gap, w)
   if not recent - first >= cfg.gap_widen:
     return None
   return (
@@ -333,3 +347,69 @@ def alarm_metrics(
   if unknown:
     raise ValueError(f"alarms {unknown} are not among names {list(names)}.")
   return {f"monitor/{name}": float(name in fired) for name in names}
+
+
+class Watcher:
+  """The trainer's alarms, iteration by iteration (a PPO `monitor_fn`).
+
+  Each call runs `check` on the history and returns `alarm_metrics` of the
+  alarms at its last iteration. An alarm is warned about when it starts
+  firing (or first fires in this watcher's life, e.g. after a resume), not
+  again while it keeps firing; the metrics record every iteration, and
+  `alarm_counts` counts them.
+
+  Attributes:
+    config: thresholds and windows.
+  """
+
+  def __init__(
+    self,
+    config: MonitorConfig,
+    warn: Callable[..., Any] = logging.warning,
+  ):
+    """Watches with `config`; `warn(format, *args)` reports a new alarm."""
+    self.config = config
+    self._warn = warn
+    self._firing: frozenset[str] = frozenset()  # alarms of the last call
+
+  def __call__(self, history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Alarms of the last iteration of `history` as "monitor/<name>" metrics.
+
+    Args:
+      history: one metrics dict per iteration, oldest first, the current
+        one last (see `check`).
+
+    Returns:
+      1.0 for every monitor that fires at the last iteration, else 0.0.
+    """
+    alarms = check(history, self.config)
+    for alarm in alarms:
+      if alarm.name not in self._firing:
+        self._warn(
+          "monitor %s (not repeated while it keeps firing; monitor/%s in"
+          " metrics.jsonl has every iteration): %s",
+          alarm.name,
+          alarm.name,
+          alarm.message,
+        )
+    self._firing = frozenset(alarm.name for alarm in alarms)
+    return alarm_metrics(alarms, MONITOR_NAMES)
+
+
+def alarm_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+  """Iterations at which each monitor fired, from metrics records.
+
+  Args:
+    records: one metrics dict per iteration (with `Watcher`'s
+      "monitor/<name>" metrics).
+
+  Returns:
+    {name: count} for the monitors that fired at least once, in
+    `MONITOR_NAMES` order.
+  """
+  counts = {}
+  for name in MONITOR_NAMES:
+    n = sum(1 for r in records if r.get(f"monitor/{name}") == 1.0)
+    if n:
+      counts[name] = n
+  return counts

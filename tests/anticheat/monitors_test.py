@@ -272,3 +272,57 @@ def test_config_fields_are_checked():
   del section["windw"], section["gap_widen"]
   with pytest.raises(ValueError, match=r"missing fields \['gap_widen'\]"):
     monitors.MonitorConfig.from_config(section)
+
+
+def _flag_rates(rates):
+  return [
+    {"iteration": i, "anticheat/flag_rate": rate}
+    for i, rate in enumerate(rates)
+  ]
+
+
+def test_watcher_warns_when_an_alarm_starts_and_records_every_iteration():
+  assert CFG.flag_rate_max == 0.02
+  warned = []
+  watcher = monitors.Watcher(CFG, warn=lambda fmt, *args: warned.append(args))
+  rates = [0.0, 0.5, 0.5, 0.5, 0.0, 0.25, 0.0]
+  history, fired = [], []
+  for record in _flag_rates(rates):
+    history.append(record)
+    metrics = watcher(history)
+    assert set(metrics) == {f"monitor/{n}" for n in monitors.MONITOR_NAMES}
+    fired.append(metrics["monitor/flag_rate_onset"])
+  assert fired == [0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+  names = [args[0] for args in warned]
+  assert names == ["flag_rate_onset", "flag_rate_onset"]
+  assert "50.0%" in warned[0][2]
+  assert "25.0%" in warned[1][2]
+
+
+def test_a_new_watcher_warns_about_an_alarm_already_firing():
+  # After a resume the process starts a new watcher: the first alarm is news.
+  history = _flag_rates([0.5, 0.5])
+  warned = []
+  first = monitors.Watcher(CFG, warn=lambda fmt, *args: warned.append(args))
+  first(history[:1])
+  first(history)
+  monitors.Watcher(CFG, warn=lambda fmt, *args: warned.append(args))(history)
+  assert [args[0] for args in warned] == ["flag_rate_onset"] * 2
+
+
+def test_alarm_counts():
+  records = [
+    {"iteration": 0, "monitor/flag_rate_onset": 1.0},
+    {"iteration": 1, "monitor/flag_rate_onset": 0.0},
+    {
+      "iteration": 2,
+      "monitor/flag_rate_onset": 1.0,
+      "monitor/suite_gap_widening": 1.0,
+    },
+  ]
+  assert monitors.alarm_counts(records) == {
+    "flag_rate_onset": 2,
+    "suite_gap_widening": 1,
+  }
+  assert monitors.alarm_counts(records[1:2]) == {}
+  assert monitors.alarm_counts([]) == {}
