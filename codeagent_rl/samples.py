@@ -22,6 +22,7 @@ import json
 import os
 from typing import Any
 
+from codeagent_rl import jsonl
 from codeagent_rl.anticheat import features
 
 
@@ -85,48 +86,41 @@ def read_samples(
   """
   known = set(task_ids)
   samples = []
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      where = f"{os.fspath(path)}:{lineno}"
-      try:
-        obj = json.loads(line)
-      except (ValueError, RecursionError) as e:
-        raise SampleFormatError(f"{where}: not valid JSON: {e}.") from None
-      if not isinstance(obj, dict):
-        raise SampleFormatError(f"{where}: a sample must be a JSON object.")
-      task_id = obj.get("task_id")
-      if not isinstance(task_id, str):
-        raise SampleFormatError(f"{where}: task_id: missing or not a string.")
-      if task_id not in known:
-        raise SampleFormatError(
-          f"{where}: task_id: {task_id!r} is not in the task file."
-        )
-      completion = obj.get("completion")
-      if not isinstance(completion, str):
-        raise SampleFormatError(
-          f"{where}: completion: missing or not a string of Python source."
-        )
-      trajectory = obj.get("trajectory")
-      if trajectory is not None and not isinstance(trajectory, list):
-        raise SampleFormatError(f"{where}: trajectory: must be a list.")
-      for i, action in enumerate(trajectory or ()):
-        try:
-          features.normalise_action(action)
-        except ValueError as e:
-          raise SampleFormatError(f"{where}: trajectory[{i}]: {e}") from None
-      observations = _observations(obj, len(trajectory or ()), where)
-      samples.append(
-        Sample(
-          index=len(samples),
-          line=lineno,
-          task_id=task_id,
-          completion=completion,
-          trajectory=None if trajectory is None else tuple(trajectory),
-          observations=observations,
-        )
+  for line in jsonl.read(path, SampleFormatError):
+    obj, where = line.value, line.where
+    if not isinstance(obj, dict):
+      raise SampleFormatError(f"{where}: a sample must be a JSON object.")
+    task_id = obj.get("task_id")
+    if not isinstance(task_id, str):
+      raise SampleFormatError(f"{where}: task_id: missing or not a string.")
+    if task_id not in known:
+      raise SampleFormatError(
+        f"{where}: task_id: {task_id!r} is not in the task file."
       )
+    completion = obj.get("completion")
+    if not isinstance(completion, str):
+      raise SampleFormatError(
+        f"{where}: completion: missing or not a string of Python source."
+      )
+    trajectory = obj.get("trajectory")
+    if trajectory is not None and not isinstance(trajectory, list):
+      raise SampleFormatError(f"{where}: trajectory: must be a list.")
+    for i, action in enumerate(trajectory or ()):
+      try:
+        features.normalise_action(action)
+      except ValueError as e:
+        raise SampleFormatError(f"{where}: trajectory[{i}]: {e}") from None
+    observations = _observations(obj, len(trajectory or ()), where)
+    samples.append(
+      Sample(
+        index=len(samples),
+        line=line.number,
+        task_id=task_id,
+        completion=completion,
+        trajectory=None if trajectory is None else tuple(trajectory),
+        observations=observations,
+      )
+    )
   return samples
 
 

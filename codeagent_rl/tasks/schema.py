@@ -37,6 +37,7 @@ import keyword
 import os
 from typing import Any
 
+from codeagent_rl import jsonl
 from codeagent_rl.sandbox import wire
 
 KINDS = ("function", "stdio")
@@ -270,23 +271,15 @@ def read_tasks(path: str | os.PathLike) -> list[Task]:
       (bad JSON, a malformed task, a duplicate task_id).
   """
   tasks, first_line = [], {}
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      where = f"{os.fspath(path)}:{lineno}"
-      try:
-        obj = wire.loads(line)
-      except (ValueError, RecursionError) as e:
-        raise TaskFormatError(f"{where}: not valid JSON: {e}.") from None
-      task = task_from_json(obj, where)
-      if task.task_id in first_line:
-        raise TaskFormatError(
-          f"{where}: task_id: {task.task_id!r} duplicates line"
-          f" {first_line[task.task_id]}."
-        )
-      first_line[task.task_id] = lineno
-      tasks.append(task)
+  for line in jsonl.read(path, TaskFormatError, loads=wire.loads):
+    task = task_from_json(line.value, line.where)
+    if task.task_id in first_line:
+      raise TaskFormatError(
+        f"{line.where}: task_id: {task.task_id!r} duplicates line"
+        f" {first_line[task.task_id]}."
+      )
+    first_line[task.task_id] = line.number
+    tasks.append(task)
   return tasks
 
 

@@ -48,6 +48,7 @@ from typing import Any
 from absl import app
 from absl import flags
 
+from codeagent_rl import jsonl
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import families_algorithms
 from codeagent_rl.tasks import families_lists
@@ -222,27 +223,16 @@ def read_demo_plans(path: str | os.PathLike) -> list[DemoPlan]:
     DemoFormatError: naming the file, line and field of the first problem.
   """
   plans = []
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      where = f"{os.fspath(path)}:{lineno}"
-      try:
-        obj = wire.loads(line)
-      except ValueError as e:
-        raise DemoFormatError(f"{where}: not valid JSON: {e}.") from None
-      if not isinstance(obj, dict) or set(obj) != {
-        "task_id",
-        "kind",
-        "actions",
-      }:
-        raise DemoFormatError(
-          f"{where}: needs exactly the keys actions, kind, task_id."
-        )
-      try:
-        plans.append(DemoPlan(**obj))
-      except DemoFormatError as e:
-        raise DemoFormatError(f"{where}: {e}") from None
+  for line in jsonl.read(path, DemoFormatError, loads=wire.loads):
+    obj = line.value
+    if not isinstance(obj, dict) or set(obj) != {"task_id", "kind", "actions"}:
+      raise DemoFormatError(
+        f"{line.where}: needs exactly the keys actions, kind, task_id."
+      )
+    try:
+      plans.append(DemoPlan(**obj))
+    except DemoFormatError as e:
+      raise DemoFormatError(f"{line.where}: {e}") from None
   return plans
 
 
