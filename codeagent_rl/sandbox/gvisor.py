@@ -5,8 +5,9 @@ Each sandbox is `runsc run` on its own OCI bundle:
 - the root file system is an empty directory, mounted read-only;
 - read-only binds of exactly what the sandbox Python needs: its executable,
   its standard library and the shared libraries that it and its extension
-  modules link against (found with `ldd`), plus a copy of `guest.py` and
-  `wire.py` at `/sandbox`;
+  modules link against (found with `ldd`), plus a copy of the guest's files
+  (`worker.GUEST_FILES`: the `guest/` package, `wire.py` and `seccomp.py`)
+  at `/sandbox`;
 - a size-capped tmpfs at `/tmp` (owned by the untrusted uid; each job's
   scratch directory lives in it) and a root-owned one at `/dev/shm`;
 - no `/proc` for job processes: `/proc` is an empty read-only tmpfs, and
@@ -375,10 +376,11 @@ class GVisorLauncher:
     self.guest_dir = os.path.join(self.root, "guest")
     os.makedirs(self.guest_dir)
     for name in worker.GUEST_FILES:
-      shutil.copyfile(
-        worker.GUEST_DIR / name, os.path.join(self.guest_dir, name)
-      )
-    os.chmod(self.guest_dir, 0o755)
+      target = os.path.join(self.guest_dir, name)
+      os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+      shutil.copyfile(worker.GUEST_DIR / name, target)
+    for parent, _, _ in os.walk(self.guest_dir):
+      os.chmod(parent, 0o755)
     self._count = 0
     self._lock = threading.Lock()
     self._closed = False

@@ -1,7 +1,7 @@
 """Sandbox jobs and results: what crosses the boundary, and its validation.
 
 A `Job` holds code and test *inputs* only; `to_frame` turns it into the
-frame `guest.py` reads, with the limits of a `SandboxConfig`. The reply frame
+frame the guest reads, with the limits of a `SandboxConfig`. The reply frame
 is validated by `result_from_reply` into a `JobResult`: outputs are decoded
 from the tagged encoding (an undecodable output is a failed test, never an
 error of the host), and anything structurally wrong is a `SandboxError`.
@@ -104,7 +104,7 @@ class Job:
     return cls(STDIO, code, tuple(stdins), **limits)
 
   def to_frame(self, job_id: int, config: config_lib.SandboxConfig) -> dict:
-    """The frame `guest.py` reads (raises `wire.EncodeError` on bad inputs)."""
+    """The frame the guest reads (raises `wire.EncodeError` on bad inputs)."""
     if self.kind == FUNCTION:
       tests = [
         {"args": wire.encode(list(args)), "kwargs": wire.encode(kwargs)}

@@ -1,6 +1,6 @@
 """The seccomp filter of job processes; standard library only.
 
-`guest.py` loads this file from its own directory (like `wire.py`) and calls
+The guest (`guest/`) loads this file by path (like `wire.py`) and calls
 `install()` in every job process before the untrusted code runs. The
 filter keeps a job from leaving kernel state behind for the next job of the
 same sandbox, and from holding memory that its address-space limit does not

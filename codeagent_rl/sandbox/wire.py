@@ -4,7 +4,7 @@ This module is the one definition of the value encoding shared by the task
 files (`codeagent_rl.tasks.schema`), the host side of the sandbox and the
 guest forkserver. The guest runs inside the sandbox with only the Python
 runtime bound in, so this file must import nothing outside the standard
-library: `guest.py` loads it from its own directory by path.
+library: the `guest` package loads it by path from the directory above.
 
 Encoding (`encode` / `decode`):
 

@@ -1,11 +1,11 @@
 """One running guest forkserver, reached over pipes, and the process backend.
 
 `GuestProcess` starts a command whose stdin/stdout speak the frame protocol
-of `guest.py` (for gVisor, `runsc run`; for the process backend, the
-interpreter itself), waits for its ready frame, sends jobs and reads replies
-with a deadline. Any deviation (end of file, a reply too late, a malformed
-or mismatched frame) raises a `SandboxError`; the caller reports the job in
-flight as `sandbox_error` and starts a fresh process.
+of the `guest` package (for gVisor, `runsc run`; for the process backend,
+the interpreter itself), waits for its ready frame, sends jobs and reads
+replies with a deadline. Any deviation (end of file, a reply too late, a
+malformed or mismatched frame) raises a `SandboxError`; the caller reports
+the job in flight as `sandbox_error` and starts a fresh process.
 
 Every live `GuestProcess` is closed at interpreter exit (atexit). On Linux
 a crashed host leaves nothing running either: `runsc run` is started under
@@ -37,7 +37,25 @@ from codeagent_rl.sandbox import wire
 UNTRUSTED_UID = 65534
 UNTRUSTED_GID = 65534
 GUEST_DIR = pathlib.Path(__file__).resolve().parent
-GUEST_FILES = ("guest.py", "wire.py", "seccomp.py")
+# Everything of the project the sandbox interpreter gets, relative to
+# GUEST_DIR (stdlib only): the guest package and the two modules it loads
+# by path from the directory above it.
+GUEST_FILES = (
+  "guest/__init__.py",
+  "guest/__main__.py",
+  "guest/child.py",
+  "guest/common.py",
+  "guest/frames.py",
+  "guest/processes.py",
+  "guest/scratch.py",
+  "guest/server.py",
+  "guest/supervise.py",
+  "guest/zygote.py",
+  "seccomp.py",
+  "wire.py",
+)
+# Run by path: `-I` puts no directory on sys.path, so `-m guest` cannot work.
+GUEST_MAIN = "guest/__main__.py"
 # Extra time the host grants a reply beyond the job's own time limit (the
 # forkserver enforces that limit; this only catches a wedged sandbox).
 REPLY_MARGIN_S = 10.0
@@ -78,7 +96,7 @@ def guest_command(python: str, guest_dir: str, guest_config: dict) -> list:
     "-I",  # isolated: no environment variables, no user site, no cwd on path
     "-S",  # no site module
     "-B",  # write no .pyc files
-    os.path.join(guest_dir, "guest.py"),
+    os.path.join(guest_dir, GUEST_MAIN),
     wire.dumps(guest_config),
   ]
 
@@ -202,7 +220,7 @@ class GuestProcess:
     """Sends one job frame and returns the forkserver's reply frame.
 
     Args:
-      frame: the job, as `guest.py` expects it (with an "id").
+      frame: the job, as the guest expects it (with an "id").
       timeout_s: the job's own limit; the reply may take `REPLY_MARGIN_S`
         longer.
 

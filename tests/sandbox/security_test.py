@@ -535,7 +535,7 @@ def test_symlinks_out_of_scratch(pool, host_canary):
   code = f"""
 import os
 targets = {{"canary": {str(path)!r}, "root": "/", "up": "../..",
-            "guest": "/sandbox/guest.py",
+            "guest": "/sandbox/guest/__main__.py",
             "forkserver_root": {gvisor.SERVER_PROC + "/1/root"!r},
             "python": "/usr/lib"}}
 for name, target in targets.items():
@@ -568,11 +568,13 @@ print(out)
   # Cleanup did not follow the links: the guest and the runtime are intact.
   check = """
 import os
-print(sorted(os.listdir("/sandbox")), os.path.getsize("/sandbox/guest.py"))
+main = "/sandbox/guest/__main__.py"
+print(sorted(os.listdir("/sandbox")), os.path.getsize(main))
 """
   result = run_program(pool, check)
-  guest = worker.GUEST_DIR / "guest.py"
-  assert result.stdout.split("]")[0] + "]" == str(sorted(worker.GUEST_FILES))
+  guest = worker.GUEST_DIR / worker.GUEST_MAIN
+  shipped = sorted({name.split("/")[0] for name in worker.GUEST_FILES})
+  assert result.stdout.split("]")[0] + "]" == str(shipped)
   assert int(result.stdout.split()[-1]) == guest.stat().st_size
   assert_clean_sandbox(pool)
 

@@ -1,0 +1,335 @@
+"""The job process: a spare that becomes a confined runner of untrusted code.
+
+A spare is forked by the zygote before its job exists and prepared
+(`_prepare_spare`) while it waits; once its job arrives it drops to the
+untrusted uid, sets rlimits, installs the seccomp filter (`_enter_child`)
+and runs the code, reporting on descriptor 3 (`common.RESULT_FD`).
+Standard library only (see the package docstring).
+"""
+
+import builtins
+import errno
+import io
+import math
+import os
+import random
+import resource
+import signal
+import sys
+import traceback
+
+from . import common
+from . import seccomp
+from . import wire
+
+
+class _TestTimeout(BaseException):
+  """Raised by the SIGALRM handler inside a child when a test runs too long."""
+
+
+def _on_alarm(signum, frame):
+  del signum, frame
+  raise _TestTimeout()
+
+
+def _close_fds_above(keep: int, proc: str) -> None:
+  try:
+    fds = [int(fd) for fd in os.listdir(f"{proc}/self/fd")]
+  except OSError:
+    fds = list(range(keep + 1, 1024))
+  for fd in fds:
+    if fd > keep:
+      try:
+        os.close(fd)
+      except OSError:
+        pass
+
+
+def _set_limits(job: dict) -> None:
+  cpu = math.ceil(job["timeout_s"]) + 1
+  limits = [
+    (resource.RLIMIT_CORE, 0),
+    (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+    (resource.RLIMIT_AS, job["address_space_mb"] << 20),
+    (resource.RLIMIT_NPROC, job["max_processes"]),
+    (resource.RLIMIT_FSIZE, job["max_file_mb"] << 20),
+    (resource.RLIMIT_NOFILE, job["max_open_files"]),
+  ]
+  for which, value in limits:
+    soft, hard = value if isinstance(value, tuple) else (value, value)
+    resource.setrlimit(which, (soft, hard))
+
+
+def _prepare_spare(job_r, out_w, err_w, res_w, proc) -> None:
+  """The job-independent set-up of a spare, done before its job arrives.
+
+  It runs before the job arrives (in the gap between jobs when there is
+  one). Everything here is the same for every job; the spare stays root (and
+  so out of reach of earlier jobs' processes) until `_enter_child`.
+  """
+  os.setsid()
+  null = os.open("/dev/null", os.O_RDWR)
+  for target, fd in ((0, null), (1, out_w), (2, err_w), (3, res_w)):
+    os.dup2(fd, target)
+  os.dup2(job_r, common.JOB_FD)
+  _close_fds_above(common.JOB_FD, proc)
+  signal.set_wakeup_fd(-1)
+  signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+  sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+    io.BufferedReader(io.FileIO(0, "rb", closefd=False)),
+    encoding="utf-8",
+    errors="surrogateescape",
+  )
+  sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(1, "wb", closefd=False)),
+    encoding="utf-8",
+    errors="backslashreplace",
+  )
+  sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+    io.BufferedWriter(io.FileIO(2, "wb", closefd=False)),
+    encoding="utf-8",
+    errors="backslashreplace",
+    line_buffering=True,
+  )
+  _warm_up()
+
+
+def _warm_up() -> None:
+  """Runs the job path once on dummy data, writing to /dev/null.
+
+  In a forked process the first write to each inherited page copies it
+  (under gVisor's ptrace platform, a costly fault); taking those faults now
+  keeps them out of the job's latency.
+  """
+  null = os.open("/dev/null", os.O_WRONLY)
+  try:
+    sample = [1, 2.5, "s", None, True, (1,), {2}, {"k": [3]}]
+    for _ in range(3):
+      value = wire.decode(wire.encode(sample))
+      wire.write_frame(null, {"event": "result", "output": wire.encode(value)})
+    namespace = {"__builtins__": builtins}
+    exec(
+      compile("def f(a, b):\n  return a + b\n", "warm.py", "exec"), namespace
+    )
+    namespace["f"](1, 2)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    _describe(ValueError("warm"))
+    random.SystemRandom().shuffle([1, 2, 3])
+  finally:
+    os.close(null)
+
+
+def _enter_child(config, job_filter, scratch, stdin_fd, job):
+  """Turns a prepared spare into a confined job process."""
+  if stdin_fd is not None:
+    os.dup2(stdin_fd, 0)
+    os.close(stdin_fd)
+  if config["uid"] is not None:
+    os.setgroups([])
+    os.setgid(config["gid"])
+    os.setuid(config["uid"])
+  os.chdir(scratch)
+  os.umask(0o077)
+  _set_limits(job)
+  os.environ.clear()
+  sys.argv = ["main.py"]
+  if job_filter == "on":
+    try:
+      seccomp.install()
+    except OSError as e:
+      # It worked at start-up; never run a job unfiltered (a crash).
+      os.write(2, f"sandbox: cannot filter the job: {e}\n".encode())
+      os._exit(70)
+
+
+def _describe(exc: BaseException) -> str:
+  """`Type: message` for an exception the untrusted code raised."""
+  name = type.__dict__["__qualname__"].__get__(type(exc))
+  try:
+    message = str(exc)
+  except BaseException:
+    message = "<unprintable>"
+  return common.short(f"{name}: {message}" if message else name, 1000)
+
+
+def _flush_and_exit(code: int, streams) -> None:
+  for stream in streams:
+    try:
+      stream.flush()
+    except BaseException:
+      pass
+  os._exit(code)
+
+
+def _done(streams) -> None:
+  """Flushes the streams, then says "done": the server replies at once."""
+  for stream in streams:
+    try:
+      stream.flush()
+    except BaseException:
+      pass
+  wire.write_frame(common.RESULT_FD, {"event": "done"})
+  os._exit(0)
+
+
+def _fresh_module(name: str):
+  module = type(sys)(name)
+  # The builtins module itself, as `__builtins__` is in a `__main__` module
+  # (an imported module sees the module's dict instead).
+  module.__dict__["__builtins__"] = builtins
+  module.__file__ = "main.py"
+  sys.modules[name] = module
+  return module
+
+
+def _child_function(job: dict) -> None:
+  """Runs a function job's tests in this process; never returns."""
+  streams = (sys.stdout, sys.stderr)
+  send = wire.write_frame
+  encode = wire.encode
+  tests = job["tests"]
+  signal.signal(signal.SIGALRM, _on_alarm)
+  module = _fresh_module("solution")
+  try:
+    exec(compile(job["code"], "solution.py", "exec"), module.__dict__)
+    entry = module.__dict__.get(job["entry_point"])
+    if not callable(entry):
+      raise NameError(f"no callable named {job['entry_point']!r}")
+    load_error = None
+  except BaseException as e:
+    load_error = ("memory" if isinstance(e, MemoryError) else "error", e)
+  order = list(range(len(tests)))
+  if load_error is not None:
+    status, exc = load_error
+    reason = "loading the code failed: " + _describe(exc)
+    send(common.RESULT_FD, {"event": "order", "order": order})
+    for i in order:
+      send(common.RESULT_FD, {"event": "result", "test": i, "status": status,
+                              "error": reason})  # fmt: skip
+    _done(streams)
+  random.SystemRandom().shuffle(order)
+  # The server times each test from the previous result (or from this
+  # frame), so it needs the order but no frame per test start.
+  send(common.RESULT_FD, {"event": "order", "order": order})
+  for i in order:
+    frame = {"event": "result", "test": i}
+    try:
+      args = wire.decode(tests[i]["args"])
+      kwargs = wire.decode(tests[i]["kwargs"])
+      signal.setitimer(signal.ITIMER_REAL, job["test_timeout_s"])
+      value = entry(*args, **kwargs)
+      frame.update(status="ok", output=encode(value))
+    except _TestTimeout:
+      frame.update(status="timeout", error="per-test time limit exceeded")
+    except MemoryError:
+      frame.update(status="memory", error="MemoryError")
+    except wire.EncodeError as e:
+      frame.update(status="bad_output", error=f"returned {e}")
+    except BaseException as e:
+      frame.update(status="error", error=_describe(e))
+    finally:
+      signal.setitimer(signal.ITIMER_REAL, 0)
+    send(common.RESULT_FD, frame)
+  _done(streams)
+
+
+def _exit_code(exc: SystemExit) -> int:
+  code = exc.code
+  if code is None:
+    return 0
+  if isinstance(code, int):
+    return code & 0xFF
+  try:
+    print(code, file=sys.stderr)
+  except BaseException:
+    pass
+  return 1
+
+
+def _child_stdio(job: dict) -> None:
+  """Runs a program as `__main__` on the stdin already on fd 0."""
+  streams = (sys.stdout, sys.stderr)
+  module = _fresh_module("__main__")
+  status, code = "ok", 0
+  try:
+    exec(compile(job["code"], "main.py", "exec"), module.__dict__)
+  except SystemExit as e:
+    code = _exit_code(e)
+  except MemoryError:
+    status, code = "memory", 1
+  except BaseException:
+    code = 1
+    try:
+      traceback.print_exc()
+    except BaseException:
+      pass
+  try:
+    wire.write_frame(common.RESULT_FD, {"event": "exit", "status": status})
+  except BaseException:
+    pass
+  _flush_and_exit(code, streams)
+
+
+def spare_main(config, job_filter, job_r, out_w, err_w, res_w) -> None:
+  """A spare: waits for its job, then becomes a confined job process.
+
+  Args:
+    config: the server's config (see the package docstring).
+    job_filter: "on" when job processes get the seccomp filter
+      (`probe_job_filter`).
+    job_r: the pipe the job arrives on.
+    out_w: the job's stdout.
+    err_w: the job's stderr.
+    res_w: the job's result pipe.
+  """
+  if config.get("parent_pid") is not None:
+    # Process backend: the job dies with the zygote (which exits with the
+    # server); in a sandbox everything dies with the sandbox anyway.
+    common.prctl(common.PR_SET_PDEATHSIG, signal.SIGKILL)
+  _prepare_spare(job_r, out_w, err_w, res_w, config["proc"])
+  message = wire.read_frame(common.JOB_FD)
+  os.close(common.JOB_FD)
+  if message is None:  # the server is shutting down
+    os._exit(0)
+  job = message["job"]
+  stdin_fd = None
+  if message["stdin"] is not None:
+    stdin_fd = os.memfd_create("stdin", 0)
+    view = memoryview(message["stdin"].encode("utf-8", "surrogateescape"))
+    while view:
+      view = view[os.write(stdin_fd, view) :]
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+  _enter_child(config, job_filter, message["scratch"], stdin_fd, job)
+  if job["kind"] == "function":
+    _child_function(job)
+  else:
+    _child_stdio(job)
+
+
+def probe_job_filter() -> str:
+  """Installs the filter in a throw-away child and checks that it holds.
+
+  Returns:
+    "on" when job processes get the seccomp filter, else "off: <why>" (the
+    ready frame says which; the gVisor host refuses a sandbox without it).
+  """
+  pid = os.fork()
+  if pid == 0:
+    try:
+      seccomp.install()
+      number = seccomp.syscall_numbers()["shmget"]
+      libc = seccomp.ctypes.CDLL(None, use_errno=True)
+      denied = libc.syscall(number, 0, 4096, 0o1600) == -1
+      os._exit(0 if denied and seccomp.ctypes.get_errno() == errno.EPERM else 3)
+    except OSError as e:
+      os._exit(4 if e.errno == errno.ENOSYS else 5)
+    except BaseException:
+      os._exit(6)
+  code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+  reasons = {
+    0: "on",
+    3: "off: the filter did not deny a call",
+    4: f"off: no system call table for {os.uname().machine}",
+    5: "off: the kernel refused the filter",
+  }
+  return reasons.get(code, f"off: the probe exited with {code}")
