@@ -32,13 +32,13 @@ are named by `FEATURE_NAMES` (defined in `names`). Three groups:
   outputs, early termination, not-run, bad-output and error fractions,
   crashes.
 
-Each rule flag (`FLAG_NAMES`) is one feature of the vector (`FLAG_FEATURE`):
-the flag is raised when that feature is > 0.5, so the pure stage 1 computes
-the flags from the vector alone. Which flags reject is the config's
-(`enforced_flags`); the others are reported and feed the classifier.
-Runtime features are 0 before execution; `RUNTIME_FEATURES` names them (the
-classifier does not use them, so its score is the same before and after
-execution).
+Each rule flag (`FLAG_NAMES`) is one feature of the vector
+(`names.FLAG_FEATURE`): the flag is raised when that feature is > 0.5, so
+the pure stage 1 computes the flags from the vector alone. Which flags
+reject is the config's (`enforced_flags`); the others are reported and feed
+the classifier. Runtime features are 0 before execution;
+`names.RUNTIME_FEATURES` names them (the classifier does not use them, so
+its score is the same before and after execution).
 """
 
 from __future__ import annotations
@@ -60,18 +60,12 @@ FAILING_LOOP_MIN = 3
 
 # --- The vector ------------------------------------------------------------
 
-# The vector's layout (feature and flag names) is defined in `names`; it
-# stays importable from here.
-CODE_FEATURES = names.CODE_FEATURES
-TRAJECTORY_FEATURES = names.TRAJECTORY_FEATURES
-RUNTIME_FEATURES = names.RUNTIME_FEATURES
+# The vector's layout is defined in `names`; its names and sizes stay
+# importable from here for the callers of `extract`.
 FEATURE_NAMES = names.FEATURE_NAMES
 NUM_FEATURES = names.NUM_FEATURES
-FEATURE_INDEX = names.FEATURE_INDEX
 FLAG_NAMES = names.FLAG_NAMES
 NUM_FLAGS = names.NUM_FLAGS
-FLAG_FEATURE = names.FLAG_FEATURE
-PRE_EXECUTION_FLAGS = names.PRE_EXECUTION_FLAGS
 
 
 def _log(count: float) -> float:
@@ -123,9 +117,9 @@ def trajectory_features(
     final_code: the submitted code, if any.
 
   Returns:
-    A value for every name in `TRAJECTORY_FEATURES`.
+    A value for every name in `names.TRAJECTORY_FEATURES`.
   """
-  out = dict.fromkeys(TRAJECTORY_FEATURES, 0.0)
+  out = dict.fromkeys(names.TRAJECTORY_FEATURES, 0.0)
   steps = [normalise_action(a) for a in actions]
   if observations is not None and len(observations) != len(steps):
     raise ValueError(
@@ -169,9 +163,10 @@ def runtime_features(result: Any | None) -> dict[str, float]:
       when it was not executed.
 
   Returns:
-    A value for every name in `RUNTIME_FEATURES` (all 0 for None).
+    A value for every name in `names.RUNTIME_FEATURES` (all 0 for
+    None).
   """
-  out = dict.fromkeys(RUNTIME_FEATURES, 0.0)
+  out = dict.fromkeys(names.RUNTIME_FEATURES, 0.0)
   if result is None or result.status == JobStatus.SANDBOX_ERROR:
     return out
   tests = result.tests
@@ -266,7 +261,7 @@ def flags_of(vector: np.ndarray) -> dict[str, bool]:
   vector = np.asarray(vector)
   return {
     name: bool(vector[i] > 0.5)
-    for name, i in zip(FLAG_NAMES, FLAG_FEATURE, strict=True)
+    for name, i in zip(FLAG_NAMES, names.FLAG_FEATURE, strict=True)
   }
 
 

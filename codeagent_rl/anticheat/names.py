@@ -98,5 +98,3 @@ FLAG_NAMES = CODE_FLAGS + TRAJECTORY_FLAGS + RUNTIME_FLAGS
 NUM_FLAGS = len(FLAG_NAMES)
 # [F] the index of each flag's feature in the vector.
 FLAG_FEATURE = tuple(FEATURE_INDEX[name] for name in FLAG_NAMES)
-# Flags known before execution (the pre-execution gate uses these).
-PRE_EXECUTION_FLAGS = CODE_FLAGS + TRAJECTORY_FLAGS

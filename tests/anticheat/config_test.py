@@ -3,7 +3,7 @@
 import pytest
 
 from codeagent_rl.anticheat import config as config_lib
-from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import names
 from configs import common
 
 
@@ -16,7 +16,7 @@ def test_defaults_validate():
     "early_termination",
   )
   assert sum(cfg.enforced_mask) == 3
-  assert len(cfg.enforced_mask) == features.NUM_FLAGS
+  assert len(cfg.enforced_mask) == names.NUM_FLAGS
   assert cfg.weights_path == config_lib.DEFAULT_WEIGHTS
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from codeagent_rl import types
 from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import names
 from codeagent_rl.sandbox import jobs
 
 VISIBLE = (
@@ -20,7 +21,7 @@ def flags(code, visible=VISIBLE, **kwargs):
 
 
 def value(vec, name):
-  return float(vec[features.FEATURE_INDEX[name]])
+  return float(vec[names.FEATURE_INDEX[name]])
 
 
 def test_vector_shape_and_names():
@@ -255,5 +256,5 @@ def test_runtime_features_by_hand():
   slow = _result(types.JobStatus.TIMEOUT, [ok, jobs.TestRun("not_run")])
   assert features.runtime_features(slow)["early_termination"] == 0.0
   assert features.runtime_features(None) == dict.fromkeys(
-    features.RUNTIME_FEATURES, 0.0
+    names.RUNTIME_FEATURES, 0.0
   )

@@ -11,14 +11,14 @@ import pytest
 
 from codeagent_rl import types
 from codeagent_rl.anticheat import config as config_lib
-from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import names
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1
 from codeagent_rl.anticheat.corpus import train_classifier
 
 from .conftest import default_config
 
-N, F = features.NUM_FEATURES, features.NUM_FLAGS
+N, F = names.NUM_FEATURES, names.NUM_FLAGS
 
 
 def _rewards(b, suite_a=1.0):
@@ -35,14 +35,14 @@ def _params(bias=-4.0, weight_on=None):
   params = stage1.Stage1Params.zeros()
   weights = np.zeros(N, np.float32)
   if weight_on is not None:
-    weights[features.FEATURE_INDEX[weight_on]] = 10.0
+    weights[names.FEATURE_INDEX[weight_on]] = 10.0
   return params.replace(weights=jnp.asarray(weights), bias=jnp.float32(bias))
 
 
 def _features(b, **on):
   x = np.zeros((b, N), np.float32)
   for name, rows in on.items():
-    x[rows, features.FEATURE_INDEX[name]] = 1.0
+    x[rows, names.FEATURE_INDEX[name]] = 1.0
   return x
 
 
@@ -53,7 +53,7 @@ def test_hand_case_rules_and_score():
   out = stage1.stage1(_rewards(4), x, params, cfg)
   flags = np.asarray(out.stage1_flags)
   assert flags.shape == (4, F)
-  assert flags[0, features.FLAG_NAMES.index("process_exit")]
+  assert flags[0, names.FLAG_NAMES.index("process_exit")]
   assert flags.sum() == 1
   # sigmoid(-4) for rows without the weighted feature, sigmoid(6) for row 2.
   want = 1 / (1 + np.exp([4.0, 4.0, -6.0, 4.0]))
@@ -73,7 +73,7 @@ def test_penalty_and_unenforced_flags():
   out = stage1.stage1(_rewards(3), x, _params(bias=10.0), cfg)
   # failing_loop is reported but not enforced; the score cannot reject.
   np.testing.assert_array_equal(out.total, [-0.5, 1.0, 1.0])
-  assert bool(out.stage1_flags[1, features.FLAG_NAMES.index("failing_loop")])
+  assert bool(out.stage1_flags[1, names.FLAG_NAMES.index("failing_loop")])
 
 
 def test_numpy_reference_on_random_inputs():
@@ -87,7 +87,7 @@ def test_numpy_reference_on_random_inputs():
   )
   want = 1 / (1 + np.exp(-(((x - mean) / scale) @ w + 0.3)))
   np.testing.assert_allclose(stage1.score(x, params), want, rtol=1e-4)
-  flags = x[:, list(features.FLAG_FEATURE)] > 0.5
+  flags = x[:, list(names.FLAG_FEATURE)] > 0.5
   np.testing.assert_array_equal(stage1.rule_flags(x), flags)
 
 
@@ -132,7 +132,7 @@ def test_shipped_weights_load_and_roundtrip(tmp_path):
   params = pipeline.load_params(cfg.weights_path)
   chex.assert_shape([params.weights, params.mean, params.scale], (N,))
   # Runtime features carry no weight: the score is known before execution.
-  runtime = [features.FEATURE_INDEX[n] for n in features.RUNTIME_FEATURES]
+  runtime = [names.FEATURE_INDEX[n] for n in names.RUNTIME_FEATURES]
   assert not np.asarray(params.weights)[runtime].any()
   meta = json.loads(open(cfg.weights_path).read())["metadata"]
   assert meta["heldout_stage1_kinds_classifier"]["recall"] >= 0.9

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 
 from codeagent_rl import types
-from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import names
 from codeagent_rl.anticheat import stage2
 
 from .conftest import default_config
@@ -19,12 +19,12 @@ def _rewards(suite_a, suite_b, flagged=()):
     suite_b=np.asarray(suite_b),
     executed=np.ones(len(suite_a), bool),
     status=np.zeros(len(suite_a), int),
-    num_flags=features.NUM_FLAGS,
+    num_flags=names.NUM_FLAGS,
   )
-  flags = np.zeros((len(suite_a), features.NUM_FLAGS), bool)
+  flags = np.zeros((len(suite_a), names.NUM_FLAGS), bool)
   total = np.asarray(r.total).copy()
   for i in flagged:
-    flags[i, features.FLAG_NAMES.index("process_exit")] = True  # enforced
+    flags[i, names.FLAG_NAMES.index("process_exit")] = True  # enforced
     total[i] = -1.0  # as stage 1's penalty left it
   return r.replace(stage1_flags=flags, total=total.astype(np.float32))
 

@@ -66,6 +66,7 @@ from codeagent_rl import samples as samples_lib
 from codeagent_rl import solved
 from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import features as features_lib
+from codeagent_rl.anticheat import names
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1 as stage1_lib
 from codeagent_rl.anticheat.corpus import hacks
@@ -80,7 +81,7 @@ from configs import common
 
 # The classifier's features: everything known before execution.
 STATIC = np.asarray(
-  [n not in features_lib.RUNTIME_FEATURES for n in features_lib.FEATURE_NAMES]
+  [n not in names.RUNTIME_FEATURES for n in names.FEATURE_NAMES]
 )
 # Smallest feature scale (a constant feature is left unscaled).
 MIN_SCALE = 1e-3

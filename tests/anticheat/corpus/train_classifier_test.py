@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from codeagent_rl import samples as samples_lib
-from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import names
 from codeagent_rl.anticheat import stage1
 from codeagent_rl.anticheat.corpus import edge_cases
 from codeagent_rl.anticheat.corpus import hacks
@@ -94,7 +94,7 @@ def test_observations_are_played_in_the_sandbox(process_pool):
       continue
     assert len(obs) == len(sample.actions) and obs[-1] is None
     assert all(o.startswith("tests: ") for o in obs[:-1]), obs
-  loop = features.FEATURE_INDEX["failing_loop"]
+  loop = names.FEATURE_INDEX["failing_loop"]
   seen = train_classifier.featurize(samples, observations)[:, loop]
   blind = train_classifier.featurize(samples)[:, loop]
   # Runs that passed are no failing loop; unseen, every repeat counts.
@@ -145,7 +145,7 @@ def test_model_samples_keep_solved_distinct_trajectories(
   assert observations == [("tests: 0/2 passed", None), ("format error", None)]
   assert train_classifier.group_of(samples[0]) == task.metadata["family"]
   x = train_classifier.featurize(samples, observations)
-  index = features.FEATURE_INDEX
+  index = names.FEATURE_INDEX
   assert x[0, index["log_runs"]] > 0 and x[1, index["log_format_errors"]] > 0
   missing = tmp_path / "none"
   with pytest.raises(OSError, match=str(missing)):
