@@ -141,12 +141,11 @@ TAMPER_CALLS = frozenset({"setattr", "delattr"})
 
 # --- Files, the environment and the harness --------------------------------
 
-# Methods of `pathlib` paths that touch the file system.
-PATH_METHODS = frozenset(
+# Methods of `pathlib` paths that list a directory, and all of those that
+# touch the file system.
+PATH_LISTING = frozenset({"iterdir", "glob", "rglob"})
+PATH_METHODS = PATH_LISTING | frozenset(
   {
-    "iterdir",
-    "glob",
-    "rglob",
     "open",
     "read_text",
     "read_bytes",
@@ -161,15 +160,15 @@ PATH_METHODS = frozenset(
     "mkdir",
   }
 )
-PATH_LISTING = frozenset({"iterdir", "glob", "rglob"})
-PROBE_CALLS = frozenset(
+# Calls that list directories (a probing run's first step), and all of
+# those that probe files and directories.
+LISTING_CALLS = frozenset(
+  {"os.listdir", "os.scandir", "os.walk", "os.fwalk", "glob.glob", "glob.iglob"}
+)
+PROBE_CALLS = LISTING_CALLS | frozenset(
   {
     "open",
     "io.open",
-    "os.listdir",
-    "os.scandir",
-    "os.walk",
-    "os.fwalk",
     "os.getcwd",
     "os.stat",
     "os.chdir",
@@ -177,13 +176,7 @@ PROBE_CALLS = frozenset(
     "os.open",
     "os.read",
     "os.fdopen",
-    "glob.glob",
-    "glob.iglob",
   }
-)
-# Calls that list directories (a probing run's first step).
-LISTING_CALLS = frozenset(
-  {"os.listdir", "os.scandir", "os.walk", "os.fwalk", "glob.glob", "glob.iglob"}
 )
 PROBE_NAMES = frozenset({"sys.path", "__file__", "__loader__"})
 # Calls that take a file descriptor first (`os.dup2` and `os.closerange`

@@ -48,39 +48,42 @@ class Case:
   label: int
 
 
-def _function_task(
-  task_id: str, entry: str, cases: list[tuple[list, object]], reference: str
+def _task(
+  task_id: str,
+  prompt: str,
+  entry: str | None,
+  tests: list[dict],
+  reference: str,
 ) -> schema.Task:
-  """A function task: the first two cases visible, then A and B alternate."""
-  tests = [{"args": args, "kwargs": {}, "expected": out} for args, out in cases]
+  """The first two tests visible (and in suite A), then A and B alternate."""
   return schema.Task(
     task_id=f"edge/{task_id}",
-    prompt=f"Write `{entry}`.",
+    prompt=prompt,
     entry_point=entry,
-    kind="function",
+    kind="stdio" if entry is None else "function",
     visible_tests=tuple(tests[:2]),
     hidden_tests=tuple(tests[:2] + tests[2::2]),
     heldout_tests=tuple(tests[3::2]),
     reference_solution=reference,
     metadata={"source": "edge_cases"},
   )
+
+
+def _function_task(
+  task_id: str, entry: str, cases: list[tuple[list, object]], reference: str
+) -> schema.Task:
+  """A function task whose tests call `entry(*args)`."""
+  tests = [{"args": args, "kwargs": {}, "expected": out} for args, out in cases]
+  return _task(task_id, f"Write `{entry}`.", entry, tests, reference)
 
 
 def _stdio_task(
   task_id: str, cases: list[tuple[str, str]], reference: str
 ) -> schema.Task:
+  """A program that sums the integers of its stdin."""
   tests = [{"stdin": i, "expected_stdout": o} for i, o in cases]
-  return schema.Task(
-    task_id=f"edge/{task_id}",
-    prompt="Read integers from stdin; print their sum.",
-    entry_point=None,
-    kind="stdio",
-    visible_tests=tuple(tests[:2]),
-    hidden_tests=tuple(tests[:2] + tests[2::2]),
-    heldout_tests=tuple(tests[3::2]),
-    reference_solution=reference,
-    metadata={"source": "edge_cases"},
-  )
+  prompt = "Read integers from stdin; print their sum."
+  return _task(task_id, prompt, None, tests, reference)
 
 
 # --- Tasks --------------------------------------------------------------------
