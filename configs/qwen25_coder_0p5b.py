@@ -1,4 +1,4 @@
-"""Qwen2.5-Coder-0.5B as actor and critic, imported from a local checkpoint.
+"""Qwen2.5-Coder-0.5B: its model dimensions, with the default other sections.
 
 The model section holds the real dimensions of Qwen/Qwen2.5-Coder-0.5B, as in
 its config.json on the Hugging Face hub (Qwen2ForCausalLM: hidden 896,
@@ -6,18 +6,22 @@ its config.json on the Hugging Face hub (Qwen2ForCausalLM: hidden 896,
 151936, rope_theta 1e6, RMSNorm eps 1e-6, tied embeddings, qkv bias) and its
 model card (0.49B parameters, 0.36B without the embedding).
 tests/models/hf_import_test.py checks these fields against that config.json
-and the parameter count against 0.49B.
+and the parameter count against 0.49B. The rl, mesh, optim and checkpoint
+sections are the defaults of configs/common.py.
 
-Nothing is downloaded: put the checkpoint's directory (config.json and
-*.safetensors) in `hf_checkpoint_dir`, e.g.
-`--config.hf_checkpoint_dir=/data/Qwen2.5-Coder-0.5B`; weights are loaded
-with `codeagent_rl.models.hf_import`. The trainer and its command arrive with
-the trainer issue.
+This is no training experiment yet: `codeagent_rl.main` rejects it (it
+lacks the trainer's other sections), and the trainer cannot start from a
+Hugging Face checkpoint; that is future work, and nothing in the library
+reads `hf_checkpoint_dir` yet. Today the config gives the model code, the
+sharding and the import tests a real size, and from a notebook
+`codeagent_rl.models.hf_import.load_params` reads a local checkpoint
+directory (config.json and *.safetensors) into this model's parameters.
+Nothing is downloaded.
 """
 
 import ml_collections
 
-from configs import common
+from configs import qwen25_coder
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -26,59 +30,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     raise ValueError(
       f"configs/qwen25_coder_0p5b.py: unknown preset {arg!r}; it has none."
     )
-  config = ml_collections.ConfigDict()
-  # Seed of the value head, data order and sampling.
-  config.seed = 0
-  # Hugging Face name of the checkpoint, for the record; never fetched.
-  config.hf_model_id = "Qwen/Qwen2.5-Coder-0.5B"
-  # Local directory of that checkpoint (config.json + safetensors); the
-  # user sets it. Its config.json must match `model` (hf_import checks).
-  config.hf_checkpoint_dir = ml_collections.config_dict.placeholder(str)
-
-  model = ml_collections.ConfigDict()
-  # Token ids (config.json vocab_size; padded beyond the tokenizer's).
-  model.vocab_size = 151936
-  # Decoder blocks (num_hidden_layers).
-  model.num_layers = 24
-  # Model width (hidden_size).
-  model.embed_dim = 896
-  # Query heads (num_attention_heads).
-  model.num_heads = 14
-  # Key/value heads of grouped-query attention (num_key_value_heads).
-  model.num_kv_heads = 2
-  # Width of one head: hidden_size / num_attention_heads.
-  model.head_dim = 64
-  # SwiGLU hidden width (intermediate_size).
-  model.mlp_dim = 4864
-  # Rotary base (rope_theta); no rope_scaling.
-  model.rope_theta = 1e6
-  # RMSNorm epsilon (rms_norm_eps).
-  model.rms_eps = 1e-6
-  # Biases on q, k, v: every Qwen2 model has them.
-  model.qkv_bias = True
-  # Input and output embeddings tied (the 0.5B model shares them).
-  model.tie_embeddings = True
-  # Activation dtype; bfloat16 is the checkpoint's own and halves memory
-  # and bandwidth on TPU/GPU (softmax and norms run in float32 anyway).
-  model.dtype = "bfloat16"
-  # Parameter dtype; float32 because Adam steps of ~1e-6 relative size
-  # vanish when added to bfloat16 weights (8-bit mantissa).
-  model.param_dtype = "float32"
-  # Save the outputs of the weight matmuls (recomputing them costs most of a
-  # block's FLOPs); recompute attention, whose [B, N, T, T] logits over long
-  # agent trajectories are the memory that must go.
-  model.remat = "dots_no_batch"
-  # Weight init stddev (initializer_range); no imported weight uses it.
-  model.init_std = 0.02
-  config.model = model
-
-  # Advantage estimation, PPO losses and KL; defaults in configs/common.py.
-  config.rl = common.get_rl_config()
-  # Device mesh and logical-axis rules; defaults in configs/common.py.
-  config.mesh = common.get_mesh_config()
-  # Optimisers (the recipe's 1e-6 actor / 5e-6 critic); configs/common.py.
-  config.optim = common.get_optim_config()
-  # Checkpoints; defaults in configs/common.py.
-  config.checkpoint = common.get_checkpoint_config()
-  config.lock()
-  return config
+  return qwen25_coder.get_qwen25_coder_config(
+    hf_model_id="Qwen/Qwen2.5-Coder-0.5B",
+    vocab_size=151936,
+    num_layers=24,
+    embed_dim=896,
+    num_heads=14,
+    num_kv_heads=2,
+    head_dim=64,
+    mlp_dim=4864,
+    # The 0.5B model shares its input and output embeddings.
+    tie_embeddings=True,
+    # Save the outputs of the weight matmuls (recomputing them costs most of
+    # a block's FLOPs); recompute attention, whose [B, N, T, T] logits over
+    # long agent trajectories are the memory that must go.
+    remat="dots_no_batch",
+  )

@@ -1,0 +1,95 @@
+"""What the Qwen2.5-Coder configs share: every field but the model's size.
+
+`configs/qwen25_coder_0p5b.py` and `configs/qwen25_coder_7b.py` call
+`get_qwen25_coder_config` with the sizes from their checkpoints'
+config.json (the names in parentheses below) and their own remat policy.
+This module is no experiment: it has no `get_config`.
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def get_qwen25_coder_config(
+  *,
+  hf_model_id: str,
+  vocab_size: int,
+  num_layers: int,
+  embed_dim: int,
+  num_heads: int,
+  num_kv_heads: int,
+  head_dim: int,
+  mlp_dim: int,
+  tie_embeddings: bool,
+  remat: str,
+) -> ml_collections.ConfigDict:
+  """Returns the locked config of one Qwen2.5-Coder size.
+
+  Args:
+    hf_model_id: Hugging Face name of the checkpoint, for the record.
+    vocab_size: token ids (vocab_size).
+    num_layers: decoder blocks (num_hidden_layers).
+    embed_dim: model width (hidden_size).
+    num_heads: query heads (num_attention_heads).
+    num_kv_heads: key/value heads (num_key_value_heads).
+    head_dim: width of one head (hidden_size / num_attention_heads).
+    mlp_dim: SwiGLU hidden width (intermediate_size).
+    tie_embeddings: input and output embeddings shared
+      (tie_word_embeddings).
+    remat: what the backward pass recomputes (`model.remat`).
+  """
+  config = ml_collections.ConfigDict()
+  # Seed of the value head, data order and sampling.
+  config.seed = 0
+  # Hugging Face name of the checkpoint, for the record; never fetched.
+  config.hf_model_id = hf_model_id
+  # Local directory of that checkpoint (config.json + safetensors); the
+  # user sets it. Its config.json must match `model` (hf_import checks).
+  config.hf_checkpoint_dir = ml_collections.config_dict.placeholder(str)
+
+  model = ml_collections.ConfigDict()
+  # Token ids (config.json vocab_size; padded beyond the tokenizer's).
+  model.vocab_size = vocab_size
+  # Decoder blocks (num_hidden_layers).
+  model.num_layers = num_layers
+  # Model width (hidden_size).
+  model.embed_dim = embed_dim
+  # Query heads (num_attention_heads).
+  model.num_heads = num_heads
+  # Key/value heads of grouped-query attention (num_key_value_heads).
+  model.num_kv_heads = num_kv_heads
+  # Width of one head: hidden_size / num_attention_heads.
+  model.head_dim = head_dim
+  # SwiGLU hidden width (intermediate_size).
+  model.mlp_dim = mlp_dim
+  # Rotary base (rope_theta); no rope_scaling.
+  model.rope_theta = 1e6
+  # RMSNorm epsilon (rms_norm_eps).
+  model.rms_eps = 1e-6
+  # Biases on q, k, v: every Qwen2 model has them.
+  model.qkv_bias = True
+  # Input and output embeddings shared (tie_word_embeddings).
+  model.tie_embeddings = tie_embeddings
+  # Activation dtype; bfloat16 is the checkpoint's own and halves memory
+  # and bandwidth on TPU/GPU (softmax and norms run in float32 anyway).
+  model.dtype = "bfloat16"
+  # Parameter dtype; float32 because Adam steps of ~1e-6 relative size
+  # vanish when added to bfloat16 weights (8-bit mantissa).
+  model.param_dtype = "float32"
+  # What the backward pass recomputes; each size says why its choice.
+  model.remat = remat
+  # Weight init stddev (initializer_range); no imported weight uses it.
+  model.init_std = 0.02
+  config.model = model
+
+  # Advantage estimation, PPO losses and KL; defaults in configs/common.py.
+  config.rl = common.get_rl_config()
+  # Device mesh and logical-axis rules; defaults in configs/common.py.
+  config.mesh = common.get_mesh_config()
+  # Optimisers (the recipe's 1e-6 actor / 5e-6 critic); configs/common.py.
+  config.optim = common.get_optim_config()
+  # Checkpoints; defaults in configs/common.py.
+  config.checkpoint = common.get_checkpoint_config()
+  config.lock()
+  return config
