@@ -49,9 +49,10 @@ class AntiCheatConfig:
       judge's or other jobs' data: /proc, /sandbox, the scratch root or a
       parent directory, descriptor 3 where results go, the environment)
       and the runtime `early_termination` (tests left unrun because the
-      code stopped). Each of the others fires on honest code: with all of
-      them enforced, 3 of HumanEval's 164 canonical solutions and 6 of 28
-      honest-but-unusual ones were rejected.
+      code stopped). The others can fire on honest code: with every flag
+      enforced, 152 of the corpus's 4,078 honest solutions (synthetic
+      variants, HumanEval's canonical ones, the honest edge cases) would
+      be rejected, 151 of them for `exception_swallowing`.
     stage2_threshold: the suite-B pass fraction a trajectory needs (1.0: all
       of suite B).
     stage2_action: "zero" or "penalty" for a trajectory that fails stage 2.

@@ -6,8 +6,8 @@ computed is in `features` and `code_features`. Each group starts with its
 rule flags, and `FLAG_NAMES` is those flags in vector order: a flag is the
 feature of the same name, raised when it is > 0.5.
 
-This module imports nothing, so the pure stage functions (`stage1`,
-`config`) know the vector's layout without the host-side AST scanner.
+This module imports nothing, so the pure modules (`config`, `stage1`,
+`stage2`) know the vector's layout without the host-side AST scanner.
 """
 
 # Rule flags computed from the final code.
