@@ -4,9 +4,9 @@
   tree, s = scanned
   s.counts["harness"], s.exits(entry_point), s.count_sites("detection", ...)
 
-`_Scan` resolves names as `code_rules` describes (aliases, builtins, modules
-reached by literal names) and counts uses; `code_features` turns the counts
-into the feature vector's code part.
+`_Scan` resolves names through `code_resolve` (aliases, builtins, modules
+reached by literal names, as `code_rules` describes) and counts uses;
+`code_features` turns the counts into the feature vector's code part.
 
 What the harness never runs is not scanned: in a function task (an entry
 point is given) the body of a module-level `if __name__ == "__main__":`
@@ -24,6 +24,7 @@ import ast
 from collections.abc import Sequence
 from typing import Any
 
+from codeagent_rl.anticheat import code_resolve
 from codeagent_rl.anticheat import code_rules as rules
 
 # Nesting of literal `exec("...")` sources the scan follows.
@@ -60,7 +61,7 @@ _COUNTS = (
 )
 
 
-class _Scan(ast.NodeVisitor):
+class _Scan(code_resolve.Resolver):
   """One pass over the module: counts of everything the rules look for.
 
   Exits, kills and test detection are recorded with the function they are
@@ -69,11 +70,9 @@ class _Scan(ast.NodeVisitor):
   """
 
   def __init__(self, visible: rules.Visible, function_task: bool):
+    super().__init__()
     self.visible = visible
     self.function_task = function_task
-    self.aliases: dict[str, str] = {}
-    self.imported: set[str] = set()  # names bound to modules by the code
-    self.modules: set[str] = {"builtins"}  # roots of reached modules
     self.defined: set[str] = set()  # names of the module's functions
     self.counts = dict.fromkeys(_COUNTS, 0)
     self.literal_keys: set[str] = set()
@@ -98,52 +97,6 @@ class _Scan(ast.NodeVisitor):
       if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         self.defined.add(node.name)
     self.visit(tree)
-
-  # Resolving names ---------------------------------------------------------
-
-  def resolve(self, node: ast.AST) -> str:
-    """The dotted name `node` refers to, or "" (see `code_rules`)."""
-    if isinstance(node, ast.Name):
-      if node.id in ("__builtins__", "__builtin__"):
-        return "builtins"
-      return self.aliases.get(node.id, node.id)
-    if isinstance(node, ast.Attribute):
-      base = self.resolve(node.value)
-      if not base:
-        return ""
-      if base == "builtins" and node.attr == "__dict__":
-        return "builtins.__dict__"
-      return rules.bare(f"{base}.{node.attr}")
-    if isinstance(node, ast.Call):
-      func = self.resolve(node.func)
-      if func in rules.REACH_CALLS and node.args:
-        return rules.string(node.args[0]) or ""
-      if func == "getattr" and len(node.args) >= 2:
-        base, attr = self.resolve(node.args[0]), rules.string(node.args[1])
-        return rules.bare(f"{base}.{attr}") if base and attr else ""
-      if func == "vars" and len(node.args) == 1:
-        base = self.resolve(node.args[0])
-        return "builtins.__dict__" if base == "builtins" else ""
-      return ""
-    if isinstance(node, ast.Subscript):
-      base, key = self.resolve(node.value), rules.string(node.slice)
-      if key is None:
-        return ""
-      if base == "sys.modules":
-        return key
-      if base in ("builtins", "builtins.__dict__"):
-        return rules.bare(f"builtins.{key}")
-      if key == "__builtins__" and base == "globals":
-        return "builtins"
-    return ""
-
-  def _reached(self, node: ast.AST) -> str:
-    """`resolve(node)` when it names a module or something in one."""
-    name = self.resolve(node)
-    root = name.split(".")[0]
-    if root in self.modules or isinstance(node, ast.Call | ast.Subscript):
-      return name
-    return ""
 
   # Uses of modules and names -----------------------------------------------
 
@@ -200,34 +153,17 @@ class _Scan(ast.NodeVisitor):
     if name in rules.DYNAMIC_CODE_CALLS:
       self._dynamic_code(node)
     if name in rules.TAMPER_CALLS and node.args:
-      if self._reached(node.args[0]):
+      if self.reached(node.args[0]):
         self.counts["tamper"] += 1
     if name in ("getattr", "hasattr") and len(node.args) >= 2:
       computed = rules.string(node.args[1]) is None
       self.computed_refs |= computed
-      if computed and self._reached(node.args[0]):
+      if computed and self.reached(node.args[0]):
         self.counts["dynamic_import"] += 1
       elif name == "getattr" and self.resolve(node):
         self._name_use(self.resolve(node))
     if name in ("globals", "locals", "vars") and not node.args:
       self.computed_refs = True
-
-  def _std_fd(self, node: ast.Call) -> bool:
-    """Whether the call's first argument is descriptor 0, 1 or 2."""
-    ok, value = rules.literal(node.args[0]) if node.args else (False, None)
-    return ok and type(value) is int and 0 <= value < rules.FIRST_HARNESS_FD
-
-  def _harness_fd(self, name: str, node: ast.Call) -> bool:
-    """Whether a descriptor call names one of the harness's descriptors."""
-    if name not in rules.FD_CALLS:
-      return False
-    args = node.args if name in ("os.dup2", "os.closerange") else node.args[:1]
-    args = [*args, *(k.value for k in node.keywords if k.arg == "fileno")]
-    for arg in args:
-      ok, value = rules.literal(arg)
-      if ok and type(value) is int and value >= rules.FIRST_HARNESS_FD:
-        return True
-    return False
 
   def _dynamic_code(self, node: ast.Call) -> None:
     """`exec`/`eval`/`compile`: a literal source is scanned, else counted."""
@@ -245,42 +181,6 @@ class _Scan(ast.NodeVisitor):
       self.exec_depth += 1
       self.generic_visit(tree)
       self.exec_depth -= 1
-
-  def _path_method(self, func: ast.AST) -> bool:
-    """Whether `func` is a file-touching method of a `pathlib` path."""
-    if not (
-      isinstance(func, ast.Attribute) and func.attr in rules.PATH_METHODS
-    ):
-      return False
-    base = func.value
-    while isinstance(base, ast.Attribute | ast.Subscript | ast.BinOp):
-      base = base.left if isinstance(base, ast.BinOp) else base.value
-    if isinstance(base, ast.Call):
-      base = base.func
-    return self.resolve(base).startswith("pathlib.")
-
-  def _cwd(self, node: ast.AST) -> bool:
-    """Whether `node` is the current directory (`os.getcwd()`, ...)."""
-    if not isinstance(node, ast.Call):
-      return False
-    func = self.resolve(node.func)
-    if func in rules.CWD_CALLS:
-      return True
-    if func in ("os.path.abspath", "os.path.realpath") and node.args:
-      return rules.string(node.args[0]) in (".", "") or (
-        self.resolve(node.args[0]) == "os.curdir"
-      )
-    if isinstance(node.func, ast.Attribute) and node.func.attr in (
-      "resolve",
-      "absolute",
-    ):
-      inner = node.func.value
-      return (
-        isinstance(inner, ast.Call)
-        and self.resolve(inner.func) in ("pathlib.Path", "pathlib.PurePath")
-        and all(rules.string(a) in (".", "") for a in inner.args)
-      )
-    return False
 
   # Imports -----------------------------------------------------------------
 
@@ -324,20 +224,20 @@ class _Scan(ast.NodeVisitor):
       self._builtin_call(name, node)
     if name in ("print", "sys.stdout.write"):
       self.counts["prints"] += 1
-    if name in rules.PROBE_CALLS and not self._std_fd(node):
+    if name in rules.PROBE_CALLS and not code_resolve.std_fd(node):
       self.counts["probe"] += 1  # reading stdin by descriptor is honest
-    if self._path_method(node.func):
+    if self.path_method(node.func):
       self.counts["probe"] += 1
       self.counts["listing"] += node.func.attr in rules.PATH_LISTING
-    if self._harness_fd(name, node):
+    if code_resolve.harness_fd(name, node):
       self.counts["harness"] += 1
     if name in ("os.path.dirname", "os.path.split") and node.args:
-      if self._cwd(node.args[0]):
+      if self.is_cwd(node.args[0]):
         self.counts["harness"] += 1
     if name == "type" and len(node.args) == 3:
       self.counts["classes"] += 1
     if name in ("list", "sorted", "set", "tuple", "dict") and node.args:
-      if self._sys_modules(node.args[0]):
+      if self.is_sys_modules(node.args[0]):
         self._site("detection")
     if name.endswith(".isatty") and name.startswith("sys.std"):
       self._site("detection")
@@ -350,7 +250,7 @@ class _Scan(ast.NodeVisitor):
     self._ref(node.attr)
     if node.attr in rules.FRAME_ATTRS:
       self.counts["introspection"] += 1
-    if node.attr in ("parent", "parents") and self._cwd(node.value):
+    if node.attr in ("parent", "parents") and self.is_cwd(node.value):
       self.counts["harness"] += 1
     self.generic_visit(node)
 
@@ -409,17 +309,9 @@ class _Scan(ast.NodeVisitor):
       if self.scope or not rules.is_main_guard(node):
         self._site("detection")
     for op, right in zip(node.ops, node.comparators, strict=True):
-      if isinstance(op, ast.In | ast.NotIn) and self._sys_modules(right):
+      if isinstance(op, ast.In | ast.NotIn) and self.is_sys_modules(right):
         self._site("detection")
     self.generic_visit(node)
-
-  def _sys_modules(self, node: ast.AST) -> bool:
-    """`sys.modules` or its keys(): which modules are loaded."""
-    if isinstance(node, ast.Call) and not node.args:
-      node = node.func
-      if isinstance(node, ast.Attribute) and node.attr in ("keys", "items"):
-        node = node.value
-    return self.resolve(node) == "sys.modules"
 
   # Assignments: aliases of reached modules, patches of modules --------------
 
@@ -439,7 +331,7 @@ class _Scan(ast.NodeVisitor):
   def visit_Assign(self, node: ast.Assign) -> None:
     for target in node.targets:
       self._check_target(target)
-    reached = self._reached(node.value)
+    reached = self.reached(node.value)
     if reached and len(node.targets) == 1:
       target = node.targets[0]
       if isinstance(target, ast.Name):
@@ -539,7 +431,7 @@ class _Scan(ast.NodeVisitor):
 
   def visit_For(self, node: ast.AST) -> None:
     self.counts["loops"] += 1
-    if self._sys_modules(getattr(node, "iter", None)):
+    if self.is_sys_modules(getattr(node, "iter", None)):
       self._site("detection")
     self.loops[-1] += 1
     self.generic_visit(node)

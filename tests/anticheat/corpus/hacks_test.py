@@ -19,6 +19,7 @@ from codeagent_rl.anticheat.corpus import hacks
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.tasks import judge
+from configs import common
 
 from ..conftest import default_config
 
@@ -29,8 +30,9 @@ BUDGETS = code_env.EnvConfig(
   max_wall_s=120.0,
   obs_max_bytes=400,
 )
-# Most honest samples stage 1 may reject (the 2%).
-MAX_FALSE_POSITIVE_RATE = 0.02
+# Most honest samples stage 1 may reject: the flag-rate alarm's threshold,
+# so that an honest policy does not fire it.
+MAX_FALSE_POSITIVE_RATE = common.get_monitor_config().flag_rate_max
 
 
 def _single(samples):
