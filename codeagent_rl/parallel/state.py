@@ -12,6 +12,7 @@ The learner jits its step with `train_state_shardings` as in/out shardings,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
 import math
@@ -256,6 +257,51 @@ def train_state_shardings(
   )
 
 
+def _jit_states(
+  states_fn: Callable[..., tuple[TrainState, TrainState]],
+  model_cfg: transformer.TransformerConfig,
+  optim_cfg: OptimConfig,
+  mesh: jax.sharding.Mesh,
+  rules: mesh_lib.Rules,
+  critic_init: str,
+) -> Callable[..., tuple[TrainState, TrainState]]:
+  """`states_fn`, its models and optimisers bound, jitted into its shards.
+
+  Args:
+    states_fn: `_init_states` or `_states_from_actor`; it takes the keyword
+      arguments actor, critic, actor_tx, critic_tx and critic_init.
+    model_cfg: the model both states are built for.
+    optim_cfg: learning rates and AdamW settings.
+    mesh: the device mesh.
+    rules: validated logical-to-mesh rules.
+    critic_init: "random" or "actor".
+
+  Returns:
+    `states_fn` of its remaining (array) arguments, whose output is sharded
+    as `train_state_shardings` says.
+
+  Raises:
+    ValueError: unknown `critic_init`, or a parameter cannot be sharded.
+  """
+  if critic_init not in transformer.CRITIC_INITS:
+    raise ValueError(
+      f"critic_init={critic_init!r}: expected one of"
+      f" {transformer.CRITIC_INITS}."
+    )
+  actor, critic = _models(model_cfg)
+  actor_tx, critic_tx = make_optimizers(optim_cfg)
+  shardings = train_state_shardings(model_cfg, optim_cfg, mesh, rules)
+  init = functools.partial(
+    states_fn,
+    actor=actor,
+    critic=critic,
+    actor_tx=actor_tx,
+    critic_tx=critic_tx,
+    critic_init=critic_init,
+  )
+  return jax.jit(init, out_shardings=shardings)
+
+
 def _init_states(
   rng: jax.Array,
   *,
@@ -303,35 +349,24 @@ def create_train_states(
   Raises:
     ValueError: unknown `critic_init`, or a parameter cannot be sharded.
   """
-  if critic_init not in transformer.CRITIC_INITS:
-    raise ValueError(
-      f"critic_init={critic_init!r}: expected one of"
-      f" {transformer.CRITIC_INITS}."
-    )
-  actor, critic = _models(model_cfg)
-  actor_tx, critic_tx = make_optimizers(optim_cfg)
-  shardings = train_state_shardings(model_cfg, optim_cfg, mesh, rules)
-  init = functools.partial(
-    _init_states,
-    actor=actor,
-    critic=critic,
-    actor_tx=actor_tx,
-    critic_tx=critic_tx,
-    critic_init=critic_init,
+  init = _jit_states(
+    _init_states, model_cfg, optim_cfg, mesh, rules, critic_init
   )
   rng = jax.device_put(rng, sharding.replicated(mesh))
-  return jax.jit(init, out_shardings=shardings)(rng)
+  return init(rng)
 
 
 def _states_from_actor(
   actor_params: Any,
   rng: jax.Array,
   *,
+  actor: nn.Module,
   critic: nn.Module,
   actor_tx: optax.GradientTransformation,
   critic_tx: optax.GradientTransformation,
   critic_init: str,
 ) -> tuple[TrainState, TrainState]:
+  del actor  # the actor starts at `actor_params`, not at an init
   critic_params = sharding.unbox(_init_boxed_params(critic, rng))
   if critic_init == "actor":
     critic_params = transformer.init_critic_from_actor(
@@ -374,20 +409,8 @@ def states_from_actor_params(
   Returns:
     (actor state, critic state), sharded as `train_state_shardings` says.
   """
-  if critic_init not in transformer.CRITIC_INITS:
-    raise ValueError(
-      f"critic_init={critic_init!r}: expected one of"
-      f" {transformer.CRITIC_INITS}."
-    )
-  _, critic = _models(model_cfg)
-  actor_tx, critic_tx = make_optimizers(optim_cfg)
-  shardings = train_state_shardings(model_cfg, optim_cfg, mesh, rules)
-  init = functools.partial(
-    _states_from_actor,
-    critic=critic,
-    actor_tx=actor_tx,
-    critic_tx=critic_tx,
-    critic_init=critic_init,
+  init = _jit_states(
+    _states_from_actor, model_cfg, optim_cfg, mesh, rules, critic_init
   )
   rng = jax.device_put(rng, sharding.replicated(mesh))
-  return jax.jit(init, out_shardings=shardings)(actor_params, rng)
+  return init(actor_params, rng)
