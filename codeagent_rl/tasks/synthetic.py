@@ -50,13 +50,10 @@ from absl import flags
 
 from codeagent_rl import jsonl
 from codeagent_rl.sandbox import wire
-from codeagent_rl.tasks import families_algorithms
-from codeagent_rl.tasks import families_lists
-from codeagent_rl.tasks import families_numbers
-from codeagent_rl.tasks import families_text
-from codeagent_rl.tasks import family_base
+from codeagent_rl.tasks import families
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
+from codeagent_rl.tasks.families import base as family_base
 
 SPLITS = ("train", "test")
 LEVELS = family_base.LEVELS
@@ -238,18 +235,13 @@ def read_demo_plans(path: str | os.PathLike) -> list[DemoPlan]:
 
 # --- Families -----------------------------------------------------------------
 
-# Re-exported from `family_base`, where the family modules share them.
+# Re-exported from `families.base`, where the family modules share them.
 GenerationError = family_base.GenerationError
 Family = family_base.Family
 Variant = family_base.Variant
 
-# Every family, in the order of the family modules.
-FAMILIES: dict[str, Family] = {
-  **families_numbers.FAMILIES,
-  **families_text.FAMILIES,
-  **families_lists.FAMILIES,
-  **families_algorithms.FAMILIES,
-}
+# Every family, in the order of the family modules (`families`).
+FAMILIES: dict[str, Family] = families.FAMILIES
 
 
 # --- Splits -------------------------------------------------------------------

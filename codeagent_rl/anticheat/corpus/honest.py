@@ -21,9 +21,9 @@ import dataclasses
 import json
 import random
 
-from codeagent_rl.tasks import family_base
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
+from codeagent_rl.tasks.families import base as family_base
 
 _FALLBACKS = {"int": 0, "str": "", "bool": False, "list[int]": []}
 

@@ -1,16 +1,25 @@
-"""Shared types and helpers of the synthetic function-task families.
+"""Shared types, registration and helpers of the function-task families.
 
-A family module builds its families with `registrar` and the helpers here;
-`codeagent_rl.tasks.synthetic` merges the family modules' registries.
+A family module registers each family by decorating its `render` function:
+
+  @base.family(name="affine", args="x: int", returns="int",
+               spaces={1: base.grid(a=range(2, 10)), ...},
+               sample=base.int_arg(-20, 20), edges=lambda lv, p: [...])
+  def _affine(lv, p): ...
+
+`registered(*modules)` collects what modules registered (the package's
+`FAMILIES`); `codeagent_rl.tasks.synthetic` draws tasks from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Iterable
 import dataclasses
 import itertools
 import math
 import random
+import types
 
 LEVELS = (1, 2, 3)
 BIG = 10**9
@@ -67,27 +76,52 @@ class Family:
     return f"def {self.signature}:\n{lines}"
 
 
-def registrar(registry: dict[str, Family]) -> Callable:
-  """A decorator factory that registers `render` functions in `registry`."""
+# Module name -> family name -> Family, in registration order.
+_REGISTERED: dict[str, dict[str, Family]] = {}
 
-  def family(name, args, returns, spaces, sample, edges):
-    """Registers the decorated `render` function as a family."""
 
-    def register(render):
-      registry[name] = Family(
-        name,
-        args,
-        returns,
-        {lv: tuple(space) for lv, space in spaces.items()},
-        render,
-        sample,
-        edges,
-      )
-      return render
+def family(
+  *,
+  name: str,
+  args: str,
+  returns: str,
+  spaces: dict[int, Iterable[dict]],
+  sample: Callable[[random.Random, int, dict], list],
+  edges: Callable[[int, dict], list[list]],
+) -> Callable:
+  """A decorator that registers its `render` function as a family.
 
-    return register
+  The arguments are `Family`'s fields (each level's space as any iterable);
+  the family belongs to the module that defines `render`.
 
-  return family
+  Raises:
+    GenerationError: a family of this name is registered already.
+  """
+
+  def register(render: Callable[[int, dict], Variant]) -> Callable:
+    if any(name in names for names in _REGISTERED.values()):
+      raise GenerationError(f"family {name!r} is registered twice.")
+    _REGISTERED.setdefault(render.__module__, {})[name] = Family(
+      name=name,
+      args=args,
+      returns=returns,
+      spaces={lv: tuple(space) for lv, space in spaces.items()},
+      render=render,
+      sample=sample,
+      edges=edges,
+    )
+    return render
+
+  return register
+
+
+def registered(*modules: types.ModuleType) -> dict[str, Family]:
+  """The families `modules` registered, module by module in the order given."""
+  return {
+    name: fam
+    for module in modules
+    for name, fam in _REGISTERED.get(module.__name__, {}).items()
+  }
 
 
 def grid(keep=None, **axes) -> list[dict]:

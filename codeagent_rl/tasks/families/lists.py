@@ -1,32 +1,24 @@
-"""List function-task families.
-
-Each family is registered in this module's `FAMILIES`; `synthetic` merges
-the family modules into its own `FAMILIES`.
-"""
+"""List function-task families."""
 
 from __future__ import annotations
 
-from codeagent_rl.tasks import family_base
-
-FAMILIES: dict[str, family_base.Family] = {}
-_family = family_base.registrar(FAMILIES)
-
+from codeagent_rl.tasks.families import base
 
 # Lists.
 
 
-@_family(
-  "sum_multiples",
-  "xs: list[int]",
-  "int",
-  {
-    1: family_base.grid(k=range(2, 13)),
-    2: family_base.grid(k=range(2, 13)),
-    3: family_base.grid(k=range(2, 6), t=range(5, 31, 5)),
+@base.family(
+  name="sum_multiples",
+  args="xs: list[int]",
+  returns="int",
+  spaces={
+    1: base.grid(k=range(2, 13)),
+    2: base.grid(k=range(2, 13)),
+    3: base.grid(k=range(2, 6), t=range(5, 31, 5)),
   },
-  lambda rng, lv, p: [family_base.ints(rng, -20, 30, k=p["k"])],
-  lambda lv, p: [
-    *family_base.list_edges()(lv, p),
+  sample=lambda rng, lv, p: [base.ints(rng, -20, 30, k=p["k"])],
+  edges=lambda lv, p: [
+    *base.list_edges()(lv, p),
     [[p["k"]]],
     [[-p["k"]] * 5],
     [[p["k"], p["k"] + 1] * 20],
@@ -35,7 +27,7 @@ _family = family_base.registrar(FAMILIES)
 )
 def _sum_multiples(lv, p):
   k = p["k"]
-  loop = family_base.lines(
+  loop = base.lines(
     "total = 0",
     "for x in xs:",
     f"    if x % {k} == 0:",
@@ -44,45 +36,43 @@ def _sum_multiples(lv, p):
   )
   if lv == 1:
     text = f"Return the sum of the elements of xs that are divisible by {k}."
-    return family_base.Variant(
-      text, loop, family_base.swap(loop, "in xs:", "in xs[1:]:")
-    )
+    return base.Variant(text, loop, base.swap(loop, "in xs:", "in xs[1:]:"))
   if lv == 2:
-    ref = family_base.swap(loop, "in xs:", "in xs[::2]:")
-    return family_base.Variant(
+    ref = base.swap(loop, "in xs:", "in xs[::2]:")
+    return base.Variant(
       f"Return the sum of the elements at even indices (0, 2, ...) of xs that"
       f" are divisible by {k}.",
       ref,
-      family_base.swap(ref, "xs[::2]", "xs[1::2]"),
+      base.swap(ref, "xs[::2]", "xs[1::2]"),
     )
   t = p["t"]
-  ref = family_base.swap(
+  ref = base.swap(
     loop, "for x in xs:", f"for x in xs:\n    if x > {t}:\n        break"
   )
-  return family_base.Variant(
+  return base.Variant(
     f"Add up the elements of xs that are divisible by {k}, stopping at the"
     f" first element greater than {t}; return the sum.",
     ref,
-    family_base.swap(ref, f"x > {t}", f"x >= {t}"),
+    base.swap(ref, f"x > {t}", f"x >= {t}"),
   )
 
 
-@_family(
-  "max_multiple",
-  "xs: list[int]",
-  "int",
-  {
-    1: family_base.grid(k=range(2, 6), d=family_base.NONZERO),
-    2: family_base.grid(k=range(2, 5), m=(2, 3), d=family_base.NONZERO),
-    3: family_base.grid(k=range(2, 6), d=family_base.NONZERO),
+@base.family(
+  name="max_multiple",
+  args="xs: list[int]",
+  returns="int",
+  spaces={
+    1: base.grid(k=range(2, 6), d=base.NONZERO),
+    2: base.grid(k=range(2, 5), m=(2, 3), d=base.NONZERO),
+    3: base.grid(k=range(2, 6), d=base.NONZERO),
   },
-  lambda rng, lv, p: [family_base.ints(rng, -30, 30, k=p["k"])],
-  lambda lv, p: [
-    *family_base.list_edges()(lv, p),
+  sample=lambda rng, lv, p: [base.ints(rng, -30, 30, k=p["k"])],
+  edges=lambda lv, p: [
+    *base.list_edges()(lv, p),
     [[p["k"]]],
     [[-p["k"], -2 * p["k"]]],
     [[p["k"] + 1] * 3],
-    [[family_base.BIG * p["k"], -family_base.BIG * p["k"]]],
+    [[base.BIG * p["k"], -base.BIG * p["k"]]],
   ],
 )
 def _max_multiple(lv, p):
@@ -98,39 +88,37 @@ def _max_multiple(lv, p):
     what = f"sum of two adjacent elements of xs that is divisible by {k}"
     cond, val = f"(x + y) % {k} == 0", "x + y"
     loop = "for x, y in zip(xs, xs[1:]):"
-  ref = family_base.lines(
+  ref = base.lines(
     "best = None",
     loop,
     f"    if {cond} and (best is None or {val} > best):",
     f"        best = {val}",
     f"return {d} if best is None else best",
   )
-  bug = family_base.lines(
+  bug = base.lines(
     "best = 0",
     loop,
     f"    if {cond} and {val} > best:",
     f"        best = {val}",
     "return best",
   )
-  return family_base.Variant(
-    f"Return the largest {what} ({d} if none).", ref, bug
-  )
+  return base.Variant(f"Return the largest {what} ({d} if none).", ref, bug)
 
 
-@_family(
-  "keep",
-  "xs: list[int]",
-  "list[int]",
-  {
-    1: family_base.grid(t=range(-10, 11)),
-    2: family_base.grid(t=range(-10, 11), w=range(0, 11)),
-    3: family_base.grid(t=range(-10, 11, 2), w=range(2, 11, 2), k=range(2, 5)),
+@base.family(
+  name="keep",
+  args="xs: list[int]",
+  returns="list[int]",
+  spaces={
+    1: base.grid(t=range(-10, 11)),
+    2: base.grid(t=range(-10, 11), w=range(0, 11)),
+    3: base.grid(t=range(-10, 11, 2), w=range(2, 11, 2), k=range(2, 5)),
   },
-  lambda rng, lv, p: [
-    family_base.ints(rng, p["t"] - 6, p["t"] + p.get("w", 0) + 6)
+  sample=lambda rng, lv, p: [
+    base.ints(rng, p["t"] - 6, p["t"] + p.get("w", 0) + 6)
   ],
-  lambda lv, p: [
-    *family_base.list_edges()(lv, p),
+  edges=lambda lv, p: [
+    *base.list_edges()(lv, p),
     [[p["t"]]],
     [[p["t"]] * 3],
     [[p["t"] + p.get("w", 0) + 1, p["t"] - 1]],
@@ -140,39 +128,39 @@ def _keep(lv, p):
   t = p["t"]
   if lv == 1:
     ref = f"return [x for x in xs if x > {t}]"
-    return family_base.Variant(
+    return base.Variant(
       f"Return the elements of xs greater than {t}, in order.",
       ref,
-      family_base.swap(ref, ">", ">="),
+      base.swap(ref, ">", ">="),
     )
   hi = t + p["w"]
   if lv == 2:
     ref = f"return [x for x in xs if {t} <= x <= {hi}]"
-    return family_base.Variant(
+    return base.Variant(
       f"Return the elements x of xs with {t} <= x <= {hi}, in order.",
       ref,
-      family_base.swap(ref, f"{t} <= x", f"{t} < x"),
+      base.swap(ref, f"{t} <= x", f"{t} < x"),
     )
   k = p["k"]
-  return family_base.Variant(
+  return base.Variant(
     f"Return {k} * x for each element x of xs with {t} <= x <= {hi}, in order.",
     f"return [{k} * x for x in xs if {t} <= x <= {hi}]",
     f"return [{k} * x for x in xs if {t} <= {k} * x <= {hi}]",
   )
 
 
-@_family(
-  "running",
-  "xs: list[int]",
-  "list[int]",
-  {
-    1: family_base.grid(s=family_base.NONZERO),
-    2: family_base.grid(w=range(2, 6), op=("max", "min")),
-    3: family_base.grid(t=range(5, 31)),
+@base.family(
+  name="running",
+  args="xs: list[int]",
+  returns="list[int]",
+  spaces={
+    1: base.grid(s=base.NONZERO),
+    2: base.grid(w=range(2, 6), op=("max", "min")),
+    3: base.grid(t=range(5, 31)),
   },
-  lambda rng, lv, p: [family_base.ints(rng, -3 if lv == 3 else -10, 10, 12)],
-  lambda lv, p: [
-    *family_base.list_edges()(lv, p),
+  sample=lambda rng, lv, p: [base.ints(rng, -3 if lv == 3 else -10, 10, 12)],
+  edges=lambda lv, p: [
+    *base.list_edges()(lv, p),
     [[9, *[0] * p.get("w", 1)]],
     [[-9, *[0] * p.get("w", 1)]],
     [[p.get("t", 0), 1, 2]],
@@ -183,7 +171,7 @@ def _keep(lv, p):
 def _running(lv, p):
   if lv == 1:
     s = p["s"]
-    ref = family_base.lines(
+    ref = base.lines(
       "out = []",
       f"m = {s}",
       "for x in xs:",
@@ -191,24 +179,24 @@ def _running(lv, p):
       "    out.append(m)",
       "return out",
     )
-    return family_base.Variant(
+    return base.Variant(
       f"Return a list whose item i is the largest of {s}, xs[0], ..., xs[i].",
       ref,
-      family_base.swap(ref, f"m = {s}", "m = 0"),
+      base.swap(ref, f"m = {s}", "m = 0"),
     )
   if lv == 2:
     w, op = p["w"], p["op"]
     ref = (
       f"return [{op}(xs[max(0, i - {w - 1}):i + 1]) for i in range(len(xs))]"
     )
-    return family_base.Variant(
+    return base.Variant(
       f"Return a list whose item i is the {op} of the last {w} items of xs up"
       " to and including xs[i] (fewer at the start).",
       ref,
-      family_base.swap(ref, f"i - {w - 1}", f"i - {w}"),
+      base.swap(ref, f"i - {w - 1}", f"i - {w}"),
     )
   t = p["t"]
-  ref = family_base.lines(
+  ref = base.lines(
     "out = []",
     "total = 0",
     "for x in xs:",
@@ -218,38 +206,38 @@ def _running(lv, p):
     "        total = 0",
     "return out",
   )
-  return family_base.Variant(
+  return base.Variant(
     "Keep a running total of xs and append it after each item; reset the"
     f" total to 0 after appending whenever it is greater than {t}.",
     ref,
-    family_base.swap(ref, f"> {t}", f">= {t}"),
+    base.swap(ref, f"> {t}", f">= {t}"),
   )
 
 
-@_family(
-  "dedupe",
-  "xs: list[int]",
-  "list[int]",
-  {
-    1: family_base.grid(n=range(1, 7)),
-    2: family_base.grid(m=range(2, 13)),
-    3: family_base.grid(n=range(1, 6)),
+@base.family(
+  name="dedupe",
+  args="xs: list[int]",
+  returns="list[int]",
+  spaces={
+    1: base.grid(n=range(1, 7)),
+    2: base.grid(m=range(2, 13)),
+    3: base.grid(n=range(1, 6)),
   },
-  lambda rng, lv, p: [
-    family_base.ints(rng, -1 if lv == 2 else 0, 2 if lv == 2 else 1, 12)
+  sample=lambda rng, lv, p: [
+    base.ints(rng, -1 if lv == 2 else 0, 2 if lv == 2 else 1, 12)
   ],
-  lambda lv, p: [
-    *family_base.list_edges()(lv, p),
+  edges=lambda lv, p: [
+    *base.list_edges()(lv, p),
     [[5] * 10],
     [[1, 2, 1, 2, 1, 2]],
     [[-1, 1, -1, 1]],
-    [[family_base.BIG, family_base.BIG, -family_base.BIG]],
+    [[base.BIG, base.BIG, -base.BIG]],
   ],
 )
 def _dedupe(lv, p):
   if lv == 1:
     n = p["n"]
-    ref = family_base.lines(
+    ref = base.lines(
       "seen = {}",
       "out = []",
       "for x in xs:",
@@ -259,14 +247,14 @@ def _dedupe(lv, p):
       "return out",
     )
     copies = "occurrence" if n == 1 else f"{n} occurrences"
-    return family_base.Variant(
+    return base.Variant(
       f"Keep the first {copies} of each value of xs, in order.",
       ref,
-      family_base.swap(ref, f"<= {n}", f"<= {n + 1}"),
+      base.swap(ref, f"<= {n}", f"<= {n + 1}"),
     )
   if lv == 2:
     m = p["m"]
-    ref = family_base.lines(
+    ref = base.lines(
       "seen = set()",
       "out = []",
       "for x in xs:",
@@ -275,14 +263,14 @@ def _dedupe(lv, p):
       "        out.append(x)",
       "return out",
     )
-    return family_base.Variant(
+    return base.Variant(
       f"Return the elements x of xs whose x % {m} differs from that of every"
       " earlier element, in order.",
       ref,
-      family_base.swap(ref, f"seen.add(x % {m})", "seen.add(x)"),
+      base.swap(ref, f"seen.add(x % {m})", "seen.add(x)"),
     )
   n = p["n"]
-  ref = family_base.lines(
+  ref = base.lines(
     "out = []",
     "run = 0",
     "for i, x in enumerate(xs):",
@@ -291,8 +279,8 @@ def _dedupe(lv, p):
     "        out.append(x)",
     "return out",
   )
-  return family_base.Variant(
+  return base.Variant(
     f"Return xs with each run of equal adjacent values cut to at most {n}.",
     ref,
-    family_base.swap(ref, f"run <= {n}", f"run < {n}"),
+    base.swap(ref, f"run <= {n}", f"run < {n}"),
   )
