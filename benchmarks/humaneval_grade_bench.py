@@ -52,10 +52,10 @@ from absl import flags
 from codeagent_rl import solved
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
-from codeagent_rl.tasks import augment
 from codeagent_rl.tasks import humaneval
 from codeagent_rl.tasks import judge
-from codeagent_rl.tasks import wrong_solutions
+from codeagent_rl.tasks.suite_b import augment
+from codeagent_rl.tasks.suite_b import wrong_solutions
 
 _BACKEND = flags.DEFINE_enum(
   "backend", "gvisor", ["gvisor", "process"], "Sandbox backend."

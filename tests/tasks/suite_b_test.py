@@ -11,16 +11,13 @@ import statistics
 
 import pytest
 
-from codeagent_rl.sandbox import config as config_lib
-from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.tasks import augment
 from codeagent_rl.tasks import humaneval
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
-from codeagent_rl.tasks import wrong_solutions
+from codeagent_rl.tasks.suite_b import augment
+from codeagent_rl.tasks.suite_b import wrong_solutions
 
-SANDBOX = config_lib.SandboxConfig(backend="process", pool_size=2)
 # Problems with an input contract that generation would otherwise break.
 CONTRACTED = ("HumanEval/11", "HumanEval/20", "HumanEval/78", "HumanEval/143")
 WRONG_IDS = tuple(sorted({w.task_id for w in wrong_solutions.WRONG}))
@@ -29,12 +26,6 @@ SUBSET = tuple(sorted({*WRONG_IDS, *CONTRACTED, "HumanEval/4"}))
 MUTATION_ONLY = humaneval.HumanEvalConfig(
   augment=augment.AugmentConfig(max_tests=40, rounds=3, candidates_per_kind=0)
 )
-
-
-@pytest.fixture(scope="module")
-def pool():
-  with harness.SandboxPool(SANDBOX) as pool:
-    yield pool
 
 
 @pytest.fixture(scope="module")

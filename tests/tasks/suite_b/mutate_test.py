@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from codeagent_rl.tasks import mutate
+from codeagent_rl.tasks.suite_b import mutate
 
 ARG = ("arg", 0)
 

@@ -44,8 +44,8 @@ from typing import Any
 
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import wire
-from codeagent_rl.tasks import generate
-from codeagent_rl.tasks import mutate
+from codeagent_rl.tasks.suite_b import generate
+from codeagent_rl.tasks.suite_b import mutate
 
 # Attempts to find a new candidate, per candidate wanted (mutations often
 # hit an input that exists already, e.g. a shuffle of a one-item list).

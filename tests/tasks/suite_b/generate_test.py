@@ -7,8 +7,8 @@ import string
 import pytest
 
 from codeagent_rl.sandbox import wire
-from codeagent_rl.tasks import generate
-from codeagent_rl.tasks import mutate
+from codeagent_rl.tasks.suite_b import generate
+from codeagent_rl.tasks.suite_b import mutate
 
 ARG = ("arg", 0)
 

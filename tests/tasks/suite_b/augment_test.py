@@ -7,7 +7,7 @@ import pytest
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
-from codeagent_rl.tasks import augment
+from codeagent_rl.tasks.suite_b import augment
 
 # Short limits: the references here are tiny, except the ones meant to fail.
 SANDBOX = config_lib.SandboxConfig(

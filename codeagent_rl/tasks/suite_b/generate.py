@@ -50,7 +50,7 @@ import random
 import string
 from typing import Any
 
-from codeagent_rl.tasks import mutate
+from codeagent_rl.tasks.suite_b import mutate
 
 KINDS = ("boundary", "structured", "random")
 # Magnitudes of random ints beyond the seeds' range, and how often each is
