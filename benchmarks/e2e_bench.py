@@ -31,9 +31,10 @@ from absl import flags
 import numpy as np
 
 from codeagent_rl.sandbox import harness
+from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import run
-from codeagent_rl.train import sft as sft_lib
+from codeagent_rl.train import workdir as workdir_lib
 from configs import tiny
 
 _PRESET = flags.DEFINE_string("preset", "", "configs/tiny.py preset.")
@@ -64,7 +65,7 @@ PHASES = (
   "checkpoint",
 )
 # Files of a finished run that let PPO start without redoing SFT.
-_SFT_FILES = (sft_lib.SFT_DIR, "sft_data.npz", run.EVAL_SFT)
+_SFT_FILES = (workdir_lib.SFT_DIR, workdir_lib.SFT_DATA, workdir_lib.EVAL_SFT)
 
 
 def _prepare(workdir: pathlib.Path) -> None:
@@ -92,7 +93,12 @@ def _one_backend(backend: str, root: pathlib.Path) -> dict:
   config.lock()
   sandbox = harness.config_from_flags(backend=backend)
   start = time.perf_counter()
-  run.train_and_evaluate(config, workdir, sandbox, console=lambda _: None)
+  run.train_and_evaluate(
+    experiment.Experiment.from_config(config),
+    workdir,
+    sandbox,
+    console=lambda _: None,
+  )
   wall = time.perf_counter() - start
   records = metrics_lib.read_metrics(str(workdir))
   rows = {}

@@ -73,16 +73,12 @@ def main(argv: list[str]) -> None:
   logs.quiet_library_logs()
   config = _CONFIG.value
   try:  # bad values stop here, naming the field, before anything starts
-    job = config.job if "job" in config else None
-    if job == "train":
-      experiment.Experiment.from_config(config)
-    elif job == "evaluate":
-      eval_job.validate_config(config)
+    job = run.job_from_config(config)
     sandbox = harness.config_from_flags()
   except ValueError as e:
     sys.exit(f"error: {e}")
   try:
-    run.run_job(config, _WORKDIR.value, sandbox)
+    run.run_job(job, _WORKDIR.value, sandbox)
   except experiment.SetupError as e:
     sys.exit(f"error: {e}")
   except (gvisor.SetupError, eval_job.CheckpointNotFoundError) as e:

@@ -20,17 +20,18 @@ from codeagent_rl.status import JobStatus  # noqa: F401
 class TrajectoryBatch:
   """A padded batch of multi-turn trajectories, one row per trajectory.
 
+  The rollout builds it as host (numpy) arrays; the learner cuts it to its
+  longest row and sends it to the devices once.
+
   Attributes:
     tokens: [B, T] int32 token ids (prompt, actions, observations, padding).
     trainable: [B, T] bool, True where the policy produced the token. Prompt,
       observation and padding tokens are False: they are not MDP steps.
     valid: [B, T] bool, True where the token is not padding.
-    turn: [B, T] int32 turn index of each token (0 for the prompt).
     length: [B] int32 number of valid tokens.
     truncated: [B] bool, True when a budget stopped the episode rather than a
-      `<submit>` action.
-    bootstrap_value: [B] float32 critic value where a truncated trajectory
-      stopped; 0 otherwise.
+      `<submit>` action; the learner bootstraps such a row from the critic's
+      value after its last token.
     group_id: [B] int32 id of the prompt the trajectory was sampled for;
       group-relative baselines (GRPO, RLOO) normalise within a group.
   """
@@ -38,10 +39,8 @@ class TrajectoryBatch:
   tokens: jax.Array
   trainable: jax.Array
   valid: jax.Array
-  turn: jax.Array
   length: jax.Array
   truncated: jax.Array
-  bootstrap_value: jax.Array
   group_id: jax.Array
 
   @property
@@ -52,13 +51,10 @@ class TrajectoryBatch:
   def check(self) -> None:
     """Raises AssertionError when shapes or dtypes break the contract."""
     b, t = self.tokens.shape
-    chex.assert_shape([self.trainable, self.valid, self.turn], (b, t))
-    chex.assert_shape(
-      [self.length, self.truncated, self.bootstrap_value, self.group_id], (b,)
-    )
+    chex.assert_shape([self.trainable, self.valid], (b, t))
+    chex.assert_shape([self.length, self.truncated, self.group_id], (b,))
     chex.assert_type([self.trainable, self.valid, self.truncated], bool)
-    chex.assert_type([self.tokens, self.turn, self.length, self.group_id], int)
-    chex.assert_type(self.bootstrap_value, float)
+    chex.assert_type([self.tokens, self.length, self.group_id], int)
 
 
 @struct.dataclass

@@ -13,10 +13,8 @@ def make_batch(b=3, t=5):
     tokens=jnp.zeros((b, t), jnp.int32),
     trainable=jnp.zeros((b, t), bool),
     valid=jnp.ones((b, t), bool),
-    turn=jnp.zeros((b, t), jnp.int32),
     length=jnp.full((b,), t, jnp.int32),
     truncated=jnp.zeros((b,), bool),
-    bootstrap_value=jnp.zeros((b,), jnp.float32),
     group_id=jnp.arange(b, dtype=jnp.int32),
   )
 
@@ -26,11 +24,11 @@ def test_trajectory_batch_is_a_pytree_and_checks_shapes():
   batch.check()
   assert batch.shape == (3, 5)
   leaves = jax.tree.leaves(batch)
-  assert len(leaves) == 8
+  assert len(leaves) == 6
   doubled = jax.jit(lambda x: x.replace(length=x.length * 2))(batch)
   np.testing.assert_array_equal(doubled.length, [10, 10, 10])
   with pytest.raises(AssertionError):
-    batch.replace(turn=jnp.zeros((3, 4), jnp.int32)).check()
+    batch.replace(valid=jnp.zeros((3, 4), bool)).check()
   with pytest.raises(AssertionError):
     batch.replace(truncated=jnp.zeros((3,), jnp.float32)).check()
 

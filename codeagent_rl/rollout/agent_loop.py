@@ -172,8 +172,6 @@ class _Row:
 
   tokens: list[int]
   trainable: list[bool]
-  turn: list[int]
-  log_probs: list[float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,19 +179,13 @@ class Rollout:
   """A batch of finished episodes.
 
   Attributes:
-    batch: the trajectory batch (`bootstrap_value` is 0: the learner fills
-      it with the critic's value where `truncated`).
-    sample_log_probs: [B, T] float32 log-probs of the sampled tokens under
-      the sampling distribution; 0 off the trainable mask.
-    rewards: the `Rewards` pytree before anti-cheat.
+    batch: the trajectory batch, host arrays.
     episodes: the environment's final state of each episode (turns, stop
-      reason, final code, sandbox results).
+      reason, final code, the outcome of its submission).
     timings: seconds spent generating and waiting on the environment.
   """
 
   batch: types.TrajectoryBatch
-  sample_log_probs: np.ndarray
-  rewards: types.Rewards
   episodes: list[code_env.EpisodeState]
   timings: dict[str, float]
 
@@ -204,8 +196,6 @@ def collect(
   tasks: Sequence[schema.Task],
   group_ids: Sequence[int],
   rng: jax.Array,
-  *,
-  num_flags: int = 0,
 ) -> Rollout:
   """Runs one episode per task to the end, all turns batched.
 
@@ -215,7 +205,6 @@ def collect(
     tasks: one task per row (repeat a task for a group of samples).
     group_ids: [B] prompt id of each row, for group baselines.
     rng: PRNG key; turn k uses `fold_in(rng, k)`.
-    num_flags: F of `Rewards.stage1_flags`.
 
   Returns:
     The `Rollout`; rows are padded to `env.config.max_total_tokens`.
@@ -225,15 +214,7 @@ def collect(
   cfg = env.config
   tok = env.tokenizer
   states = [env.reset(task) for task in tasks]
-  rows = [
-    _Row(
-      list(s.prompt_ids),
-      [False] * len(s.prompt_ids),
-      [0] * len(s.prompt_ids),
-      [0.0] * len(s.prompt_ids),
-    )
-    for s in states
-  ]
+  rows = [_Row(list(s.prompt_ids), [False] * len(s.prompt_ids)) for s in states]
   longest = max(len(r.tokens) for r in rows)
   if longest >= cfg.max_total_tokens:
     raise ValueError(
@@ -263,12 +244,10 @@ def collect(
       live = [i for i in range(len(states)) if not waiting[i]]
       texts = {}
       for i in live:
-        ids, logp = generated[i]
+        ids, _ = generated[i]
         row = rows[i]
         row.tokens += ids
         row.trainable += [True] * len(ids)
-        row.turn += [turn] * len(ids)
-        row.log_probs += logp
         texts[i] = tok.decode(ids)
       submits = [
         i
@@ -296,8 +275,6 @@ def collect(
           row = rows[i]
           row.tokens += obs
           row.trainable += [False] * len(obs)
-          row.turn += [turn] * len(obs)
-          row.log_probs += [0.0] * len(obs)
       start = time.perf_counter()
       policy.observe(observations)
       timings["generate_s"] += time.perf_counter() - start
@@ -308,19 +285,16 @@ def collect(
       if not result.done:  # a submit always ends its episode
         raise AssertionError(f"row {i}: a <submit> left the episode open")
     timings["env_s"] += time.perf_counter() - start
-  batch, log_probs = _to_batch(rows, states, group_ids, cfg, tok.pad_id)
-  rewards = code_env.rewards([s.outcome for s in states], num_flags)
-  return Rollout(batch, log_probs, rewards, states, timings)
+  batch = _to_batch(rows, states, group_ids, cfg, tok.pad_id)
+  return Rollout(batch, states, timings)
 
 
-def _to_batch(rows, states, group_ids, cfg, pad_id):
-  """Pads the rows to [B, max_total_tokens] arrays."""
+def _to_batch(rows, states, group_ids, cfg, pad_id) -> types.TrajectoryBatch:
+  """Pads the rows to [B, max_total_tokens] host arrays."""
   b, t = len(rows), cfg.max_total_tokens
   tokens = np.full((b, t), pad_id, np.int32)
   trainable = np.zeros((b, t), bool)
   valid = np.zeros((b, t), bool)
-  turn = np.zeros((b, t), np.int32)
-  log_probs = np.zeros((b, t), np.float32)
   for i, row in enumerate(rows):
     n = len(row.tokens)
     if n > t:  # the env's budgets make this impossible; never truncate
@@ -328,16 +302,11 @@ def _to_batch(rows, states, group_ids, cfg, pad_id):
     tokens[i, :n] = row.tokens
     trainable[i, :n] = row.trainable
     valid[i, :n] = True
-    turn[i, :n] = row.turn
-    log_probs[i, :n] = row.log_probs
-  batch = types.TrajectoryBatch(
-    tokens=jnp.asarray(tokens),
-    trainable=jnp.asarray(trainable),
-    valid=jnp.asarray(valid),
-    turn=jnp.asarray(turn),
-    length=jnp.asarray(valid.sum(axis=1), jnp.int32),
-    truncated=jnp.asarray([s.truncated for s in states], bool),
-    bootstrap_value=jnp.zeros((b,), jnp.float32),
-    group_id=jnp.asarray(np.asarray(group_ids, np.int32)),
+  return types.TrajectoryBatch(
+    tokens=tokens,
+    trainable=trainable,
+    valid=valid,
+    length=valid.sum(axis=1).astype(np.int32),
+    truncated=np.asarray([s.truncated for s in states], bool),
+    group_id=np.asarray(group_ids, np.int32),
   )
-  return batch, log_probs

@@ -96,7 +96,7 @@ def render(
   Returns:
     The `Rollout`: `batch.trainable` marks action tokens, `episodes` tell
     whether each plan ran to its submit (stop reason "submit") or was cut by
-    a budget, and `rewards` what the submission earned.
+    a budget, and their outcomes what the submission earned.
   """
   if len(tasks) != len(plans):
     raise ValueError(f"{len(tasks)} tasks for {len(plans)} plans.")

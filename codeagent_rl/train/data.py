@@ -9,7 +9,7 @@ nothing of its grade enters the tokens) and cached in the workdir as
 `sft_data.npz`, with a fingerprint of everything they depend on; a stale or
 damaged cache is rebuilt, never trusted.
 
-PPO prompts are drawn by `iteration_tasks`: a pure function of the seed and
+PPO prompts are drawn by `iteration_prompts`: a pure function of the seed and
 the iteration, so data order survives a restart without saving a cursor.
 """
 
@@ -26,12 +26,14 @@ from absl import logging
 import numpy as np
 
 from codeagent_rl.envs import code_env
+from codeagent_rl.envs import protocol
+from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.rollout import demos
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from codeagent_rl.train import config as train_config
+from codeagent_rl.train import workdir as workdir_lib
 
-SFT_CACHE = "sft_data.npz"
 # Demonstrations rendered per environment batch.
 _RENDER_CHUNK = 64
 
@@ -58,26 +60,25 @@ def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
   return TaskSets(tuple(train), tuple(held_out), tuple(plans))
 
 
-def iteration_tasks(
-  tasks: Sequence[schema.Task],
-  seed: int,
-  iteration: int,
-  num_prompts: int,
-  samples_per_prompt: int,
-) -> tuple[list[schema.Task], list[int]]:
-  """The rollouts of one PPO iteration: (tasks, group ids), grouped.
+def iteration_prompts(
+  tasks: Sequence[schema.Task], seed: int, iteration: int, num_prompts: int
+) -> list[schema.Task]:
+  """The prompts of one PPO iteration.
 
-  Prompts are drawn without replacement within an iteration (with
-  replacement across iterations), from a generator seeded by (seed,
-  iteration) only.
+  Drawn without replacement within an iteration (with replacement across
+  iterations), from a generator seeded by (seed, iteration) only, so a
+  resumed run draws the same prompts.
   """
   rng = np.random.default_rng([seed, iteration, 0x5EED])
   picks = rng.choice(len(tasks), size=num_prompts, replace=False)
-  rows, groups = [], []
-  for g, index in enumerate(picks.tolist()):
-    rows += [tasks[index]] * samples_per_prompt
-    groups += [g] * samples_per_prompt
-  return rows, groups
+  return [tasks[index] for index in picks.tolist()]
+
+
+def longest_prompt(
+  tokenizer: tokenizer_lib.Tokenizer, tasks: Sequence[schema.Task]
+) -> int:
+  """Tokens in the longest prompt of `tasks` (sizes the rollout KV cache)."""
+  return max(len(protocol.prompt_ids(tokenizer, task)) for task in tasks)
 
 
 def _fingerprint(
@@ -129,7 +130,7 @@ def sft_arrays(
   Raises:
     ValueError: no plan fits the environment's budgets.
   """
-  path = pathlib.Path(workdir) / SFT_CACHE
+  path = workdir_lib.Workdir(workdir).sft_data
   fingerprint = _fingerprint(task_sets.plans, env)
   cached = _load_cache(path, fingerprint)
   if cached is not None:

@@ -39,11 +39,9 @@ from codeagent_rl.tasks import schema
 from codeagent_rl.train import config as train_config
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
-from codeagent_rl.train import ppo as ppo_lib
+from codeagent_rl.train import keys
 from codeagent_rl.train import sft as sft_lib
-
-TASKS_CACHE = "humaneval.jsonl"
-RESULT = "eval_humaneval.json"
+from codeagent_rl.train import workdir as workdir_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +141,7 @@ def _tasks(
       )
     return tasks[: cfg.num_tasks] if cfg.num_tasks else tasks
   wanted = _first_ids(cfg.num_tasks or humaneval.NUM_PROBLEMS)
-  path = workdir / TASKS_CACHE
+  path = workdir_lib.Workdir(workdir).humaneval_tasks
   tasks = _cached_tasks(path)
   if len(tasks) < len(wanted):
     missing = wanted[len(tasks) :]
@@ -179,8 +177,8 @@ def restore_actor_params(
     CheckpointNotFoundError: the workdir has neither checkpoint.
   """
   cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
-  ppo_dir = workdir / ppo_lib.PPO_DIR
-  sft_dir = workdir / sft_lib.SFT_DIR
+  ppo_dir = workdir_lib.Workdir(workdir).checkpoints
+  sft_dir = workdir_lib.Workdir(workdir).sft
   for directory, optim, with_critic, what in (
     (ppo_dir, exp.optim, exp.uses_critic, "PPO iteration"),
     (sft_dir, sft_lib.sft_optim(exp), False, "SFT step"),
@@ -246,14 +244,22 @@ def validate_config(
 
 
 def evaluate_checkpoint(
-  config: ml_collections.ConfigDict,
+  he_cfg: HumanEvalConfig,
+  exp: exp_lib.Experiment,
   workdir: str | os.PathLike[str],
   sandbox: sandbox_config_lib.SandboxConfig,
   *,
   console=print,
 ) -> dict[str, Any]:
-  """Runs the evaluation job; returns (and writes) its result."""
-  he_cfg, exp = validate_config(config)
+  """Runs the evaluation job; returns (and writes) its result.
+
+  Args:
+    he_cfg: the job's settings (`validate_config`).
+    exp: the experiment of the run evaluated (`validate_config`).
+    workdir: that run's workdir; the result is written there.
+    sandbox: the sandbox pool's settings.
+    console: where the result lines go.
+  """
   workdir = pathlib.Path(workdir)
   mesh, rules = exp.make_mesh()
   params, what = restore_actor_params(
@@ -266,13 +272,13 @@ def evaluate_checkpoint(
     evaluator = eval_lib.Evaluator(
       exp, env, tasks, batch_size=he_cfg.batch_size
     )
-    scalars = evaluator(params, jax.random.key(exp.seed + 3))
+    scalars = evaluator(params, keys.eval_job(exp.seed))
   result = {
     "checkpoint": what,
     "num_tasks": len(tasks),
     **{k.replace("eval/", "humaneval/"): v for k, v in scalars.items()},
   }
-  path = workdir / RESULT
+  path = workdir_lib.Workdir(workdir).humaneval_result
   path.write_text(json.dumps(result, indent=1, sort_keys=True))
   for mode in exp.eval.modes:
     console(

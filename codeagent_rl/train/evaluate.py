@@ -33,6 +33,7 @@ from codeagent_rl.models import transformer
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.tasks import schema
 from codeagent_rl.train import experiment as exp_lib
+from codeagent_rl.train import keys
 
 
 def make_sampler(
@@ -242,7 +243,7 @@ class Evaluator:
             policy,
             chunk,
             list(range(len(chunk))),
-            jax.random.fold_in(rng, k * 100_003 + start),
+            keys.eval_sample(rng, k, start),
           )
         )
         rejected.append(stage1_rejected(self.anticheat, rollouts[-1].episodes))

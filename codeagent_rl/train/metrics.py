@@ -59,8 +59,8 @@ from typing import Any
 import numpy as np
 import tensorboardX
 
-METRICS_FILE = "metrics.jsonl"
-TENSORBOARD_DIR = "tensorboard"
+from codeagent_rl.train import workdir as workdir_lib
+
 # Summary statistics a histogram adds to the JSON record, as `<name>/<stat>`.
 HISTOGRAM_STATS = ("mean", "p50", "p90", "max", "count")
 
@@ -146,7 +146,7 @@ def _truncate(path: str, start_iteration: int) -> None:
   if len(kept) == len(records) and not partial:
     return
   directory = os.path.dirname(path)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=METRICS_FILE + ".tmp")
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=workdir_lib.METRICS + ".tmp")
   try:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
       f.write("".join(line + "\n" for line in kept))
@@ -174,7 +174,7 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
     FileNotFoundError: there is no metrics file in `workdir`.
     ValueError: a complete line is not a JSON object with an int iteration.
   """
-  path = os.path.join(workdir, METRICS_FILE)
+  path = os.path.join(workdir, workdir_lib.METRICS)
   with open(path, encoding="utf-8") as f:
     records, _ = _parse_lines(path, f.read())
   return [
@@ -223,7 +223,7 @@ class MetricsWriter:
     """
     self._start = _check_iteration(start_iteration, "start_iteration")
     os.makedirs(workdir, exist_ok=True)
-    self.path = os.path.join(workdir, METRICS_FILE)
+    self.path = os.path.join(workdir, workdir_lib.METRICS)
     _truncate(self.path, self._start)
     self._file = open(self.path, "a", encoding="utf-8")
     self._next = self._start  # smallest iteration that may still be written
@@ -231,7 +231,7 @@ class MetricsWriter:
     self.tensorboard_dir = None
     self._tb = None
     if tensorboard:
-      self.tensorboard_dir = os.path.join(workdir, TENSORBOARD_DIR)
+      self.tensorboard_dir = os.path.join(workdir, workdir_lib.TENSORBOARD)
       # tensorboardX names files by the second and opens them with "wb": a
       # writer started within the same second (a quick resume) would
       # overwrite the previous file without a unique suffix. Nanoseconds,

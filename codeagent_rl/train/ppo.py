@@ -1,37 +1,47 @@
-"""The PPO learner loop: rollouts -> sandbox rewards -> anti-cheat -> updates.
+"""PPO: one iteration, owned by `Learner.iteration`, and the loop around it.
 
-One iteration:
+One iteration (`Learner.iteration(states, prompts, rng, index=k)`):
 
-  1. tasks of the iteration (`data.iteration_tasks`: a function of seed and
-     iteration, so a resumed run draws the same prompts);
+  1. the iteration's prompts, each `ppo.samples_per_prompt` times (a group
+     per prompt, for group-relative estimators);
   2. rollouts with the current actor (`rollout.agent_loop.collect`), whose
      submissions the sandbox pool grades while generation goes on;
-  3. the anti-cheat stages map the raw rewards to `Rewards.total`;
-  4. jitted forwards: log-probs under the rollout actor and the SFT
-     reference, critic values (skipped by critic-free estimators);
+  3. rewards: both anti-cheat stages over the episodes
+     (`anticheat.pipeline.AntiCheat.rollout_rewards`);
+  4. the batch, cut to its bucketed longest row on the host, goes to the
+     devices once; jitted forwards: log-probs under the rollout actor and
+     the SFT reference, critic values (skipped by critic-free estimators);
   5. token rewards (terminal score, k1 KL penalty when `rl.kl.placement` is
      "reward") -> advantages (`rl.advantage.estimator`) -> whitening;
-  6. `ppo.epochs` passes over shuffled minibatches, each an actor and a
-     critic update accumulated over micro-batches (with a critic, the actor
-     stays frozen for `ppo.critic_warmup_iterations`, and with
-     `ppo.skip_actor_on_flat_rewards` in an iteration whose rollouts all got
-     the same `Rewards.total`: `rewards_are_flat`);
-  7. metrics, monitors, evaluation every `ppo.eval_every`, a checkpoint every
-     `checkpoint.save_every` iterations.
+  6. `ppo.epochs` epochs, each one jitted call that permutes the rows and
+     scans the minibatches through an actor and a critic update
+     (accumulated over micro-batches); with a critic the actor stays frozen
+     for `ppo.critic_warmup_iterations`, and with
+     `ppo.skip_actor_on_flat_rewards` in an iteration whose rollouts all
+     got the same `Rewards.total` (`rewards_are_flat`);
+  7. the iteration's metrics, fetched from the devices once.
 
-Resume: the checkpoint holds both states, the RNG key and the iteration;
-randomness of iteration k is `fold_in(key, k)`, so a run interrupted and
-resumed draws the same prompts and samples as one that was not. A
-non-finite loss stops the run before anything of that iteration is saved,
-so the last checkpoint is the last good one. SIGTERM finishes the current
-iteration, saves, and returns.
+The loop (`run_ppo`) draws each iteration's prompts
+(`data.iteration_prompts`: a function of seed and iteration), evaluates
+every `ppo.eval_every` iterations, saves a checkpoint every
+`checkpoint.save_every`, lets the anti-cheat's `monitors.Watcher` read the
+metrics and writes them.
+
+Resume: the checkpoint holds both states and the iteration; the keys of
+iteration k are a function of the seed and k (`keys.ppo_iteration`), so a
+run interrupted and resumed draws the same prompts and samples as one that
+was not. A non-finite loss stops the run before anything of that iteration
+is saved, so the last checkpoint is the last good one. SIGTERM finishes
+the current iteration, saves, and returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Sequence
 import dataclasses
 import functools
+import math
 import pathlib
 import signal
 import threading
@@ -44,6 +54,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from codeagent_rl import types
+from codeagent_rl.anticheat import monitors
+from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint as ckpt_lib
@@ -55,18 +67,13 @@ from codeagent_rl.tasks import schema
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
+from codeagent_rl.train import keys
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import steps
+from codeagent_rl.train import workdir as workdir_lib
 
-PPO_DIR = "checkpoints"
-
-# (rollout, tasks) -> (rewards after anti-cheat, scalars to log). Stage 1
-# of `exp.anticheat` sets the rewards' stage1_flags and stage1_score: the
-# metrics count the episodes it rejects as unsolved.
-RewardFn = Callable[
-  [agent_loop.Rollout, list[schema.Task]],
-  tuple[types.Rewards, dict[str, float]],
-]
+# (actor, critic): the critic is None for critic-free estimators.
+States = tuple[state_lib.TrainState, state_lib.TrainState | None]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -80,85 +87,12 @@ class Stop:
   requested: bool = False
 
 
-class Learner:
-  """Jitted, sharded steps of one experiment, bound once."""
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+  """What one iteration reports: scalars and length histograms."""
 
-  def __init__(
-    self,
-    exp: exp_lib.Experiment,
-    mesh: jax.sharding.Mesh,
-    rules: Any,
-  ):
-    self.exp = exp
-    self.mesh = mesh
-    self.rules = rules
-    actor = transformer.Actor(exp.model)
-    critic = transformer.Critic(exp.model)
-    actor_tx, critic_tx = state_lib.make_optimizers(exp.optim)
-    self.shardings = state_lib.train_state_shardings(
-      exp.model, exp.optim, mesh, rules
-    )
-    actor_sh, critic_sh = self.shardings
-    batch_sh = sharding.batch_sharding(mesh, rules)
-    num_micro = exp.ppo.rollouts_per_iteration // (
-      exp.ppo.minibatches * exp.ppo.micro_batch_size
-    )
-    temperature = exp.sampling.temperature
-    vocab_limit = exp.tokenizer().vocab_size
-    self.log_probs = jax.jit(
-      functools.partial(
-        steps.actor_log_probs,
-        model=actor,
-        temperature=temperature,
-        vocab_limit=vocab_limit,
-      )
-    )
-    self.values = jax.jit(functools.partial(steps.critic_values, model=critic))
-    self.targets = jax.jit(functools.partial(steps.targets, rl=exp.rl))
-    self.actor_step = jax.jit(
-      functools.partial(
-        steps.actor_step,
-        model=actor,
-        tx=actor_tx,
-        rl=exp.rl,
-        temperature=temperature,
-        vocab_limit=vocab_limit,
-        num_micro=num_micro,
-      ),
-      in_shardings=(actor_sh, batch_sh, None),
-      out_shardings=(actor_sh, None),
-      donate_argnums=(0,),
-    )
-    self.critic_step = jax.jit(
-      functools.partial(
-        steps.critic_step,
-        model=critic,
-        tx=critic_tx,
-        rl=exp.rl,
-        num_micro=num_micro,
-      ),
-      in_shardings=(critic_sh, batch_sh, None),
-      out_shardings=(critic_sh, None),
-      donate_argnums=(0,),
-    )
-    self.explained_variance = jax.jit(losses.explained_variance)
-
-  def initial_states(self, sft_params: Any, rng: jax.Array):
-    """(actor, critic) states starting from the SFT params."""
-    with sharding.axis_rules(self.mesh, self.rules):
-      return state_lib.states_from_actor_params(
-        sft_params,
-        self.exp.model,
-        self.exp.optim,
-        self.mesh,
-        self.rules,
-        rng,
-        self.exp.rl.critic_init,
-      )
-
-  def shard(self, tree):
-    """Places host arrays on the mesh, split along the batch."""
-    return sharding.shard_batch(tree, self.mesh, self.rules)
+  scalars: dict[str, float]
+  histograms: dict[str, np.ndarray]
 
 
 def actor_trains(exp: exp_lib.Experiment, iteration: int) -> bool:
@@ -185,30 +119,105 @@ def rewards_are_flat(total: np.ndarray) -> bool:
   return bool(np.ptp(np.asarray(total, np.float32)) == 0)
 
 
-def _trim(rollout: agent_loop.Rollout, bucket: int) -> dict[str, np.ndarray]:
-  """Host arrays of the batch cut to the bucketed longest row."""
-  batch = rollout.batch
+def ppo_epoch(
+  actor: state_lib.TrainState,
+  critic: state_lib.TrainState | None,
+  batch: steps.PPOBatch,
+  update_rng: jax.Array,
+  epoch: jax.Array,
+  *,
+  actor_step: Callable | None,
+  critic_step: Callable | None,
+  minibatches: int,
+  batch_sharding: jax.sharding.Sharding,
+):
+  """One pass over the batch in shuffled minibatches (jitted by `Learner`).
+
+  Args:
+    actor: the actor's state (not updated when `actor_step` is None).
+    critic: the critic's state, or None.
+    batch: the iteration's [B, T] `PPOBatch`, on the devices.
+    update_rng: the iteration's update key (`keys.ppo_iteration`).
+    epoch: int32 scalar, the epoch's index.
+    actor_step: `steps.actor_step` with its hyperparameters bound, or None
+      when the actor does not train this iteration.
+    critic_step: `steps.critic_step` bound likewise, or None.
+    minibatches: M; each minibatch holds B // M rows.
+    batch_sharding: how a minibatch's rows are laid out on the mesh.
+
+  Returns:
+    (actor, critic, metrics): the metrics of each step stacked over the M
+    minibatches, under "actor" and "critic".
+  """
+  rows = batch.tokens.shape[0]
+  size = rows // minibatches
+  perm = jax.random.permutation(keys.epoch(update_rng, epoch), rows)
+  order = perm[: minibatches * size].reshape(minibatches, size)
+
+  def one_minibatch(carry, xs):
+    actor, critic = carry
+    m, idx = xs
+    minibatch = jax.tree.map(lambda x: x[idx], batch)
+    minibatch = jax.lax.with_sharding_constraint(minibatch, batch_sharding)
+    step_rng = keys.minibatch(update_rng, epoch, m)
+    out = {}
+    if actor_step is not None:
+      actor, out["actor"] = actor_step(actor, minibatch, step_rng)
+    if critic_step is not None:
+      critic, out["critic"] = critic_step(critic, minibatch, step_rng)
+    return (actor, critic), out
+
+  (actor, critic), metrics = jax.lax.scan(
+    one_minibatch,
+    (actor, critic),
+    (jnp.arange(minibatches, dtype=jnp.int32), order),
+  )
+  return actor, critic, metrics
+
+
+def _no_values(logp_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Values of a critic-free estimator: [B, T] and [B] zeros."""
+  return jnp.zeros_like(logp_bt), jnp.zeros(logp_bt.shape[:1], jnp.float32)
+
+
+def _bootstrap(truncated_b: jax.Array, after_last_b: jax.Array) -> jax.Array:
+  """[B] the value a truncated row bootstraps from; 0 where it ended."""
+  return jnp.where(truncated_b, after_last_b, 0.0)
+
+
+def _trim(batch: types.TrajectoryBatch, bucket: int) -> dict[str, np.ndarray]:
+  """The host arrays the update needs, cut to the bucketed longest row."""
   width = data_lib.bucket_width(
-    int(np.max(np.asarray(batch.length))), bucket, batch.tokens.shape[1]
+    int(np.max(batch.length)), bucket, batch.tokens.shape[1]
   )
   return {
-    "tokens": np.asarray(batch.tokens)[:, :width],
-    "valid": np.asarray(batch.valid)[:, :width],
-    "trainable": np.asarray(batch.trainable)[:, :width],
-    "length": np.asarray(batch.length),
-    "truncated": np.asarray(batch.truncated),
-    "group_id": np.asarray(batch.group_id),
+    "tokens": batch.tokens[:, :width],
+    "valid": batch.valid[:, :width],
+    "trainable": batch.trainable[:, :width],
+    "length": batch.length,
+    "truncated": batch.truncated,
+    "group_id": batch.group_id,
   }
 
 
-def _episode_metrics(
+def _stacked_means(parts: list[dict[str, jax.Array]]) -> dict[str, float]:
+  """Means over every step of every epoch, in step order (on the host)."""
+  if not parts:
+    return {}
+  host = jax.device_get(parts)
+  return {
+    k: float(np.mean(np.concatenate([p[k] for p in host]))) for k in host[0]
+  }
+
+
+def episode_metrics(
   rollout: agent_loop.Rollout, rewards: types.Rewards, exp: exp_lib.Experiment
-) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+) -> Metrics:
   """Reward, pass-rate and length scalars, and length histograms.
 
   Args:
     rollout: the iteration's episodes.
-    rewards: their rewards after the anti-cheat (`RewardFn`).
+    rewards: their rewards after the anti-cheat.
     exp: the experiment; `exp.anticheat` says which stage-1 flags and
       scores reject, so a rejected episode is never counted as solved.
   """
@@ -237,122 +246,288 @@ def _episode_metrics(
   }
   hists = {}
   for label, rows in (("passing", passing), ("failing", ~passing)):
-    scalars[f"length/{label}_turns"] = (
-      float(turns[rows].mean()) if rows.any() else float("nan")
+    for what, values in (("turns", turns), ("tokens", tokens)):
+      name = f"length/{label}_{what}"
+      scalars[name] = float(values[rows].mean()) if rows.any() else math.nan
+      if rows.any():
+        hists[name] = values[rows]
+  return Metrics(scalars, hists)
+
+
+class Learner:
+  """One experiment's PPO: its jitted steps, bound once, and the iteration.
+
+  `update` (steps 4-6 of the module docstring) needs only the experiment
+  and the mesh; `iteration` (all of them) also the environment, the
+  anti-cheat and the SFT reference.
+  """
+
+  def __init__(
+    self,
+    exp: exp_lib.Experiment,
+    mesh: jax.sharding.Mesh,
+    rules: Any,
+    *,
+    ref_params: Any = None,
+    env: code_env.CodeEnv | None = None,
+    anticheat: pipeline.AntiCheat | None = None,
+    cache_len: int | None = None,
+  ):
+    """Binds and jits the steps.
+
+    Args:
+      exp: the experiment.
+      mesh: the device mesh.
+      rules: its logical-axis rules.
+      ref_params: the frozen KL reference (the SFT actor's params).
+      env: the environment, with its sandbox pool (for `iteration`).
+      anticheat: both stages, for the rollout rewards (for `iteration`).
+      cache_len: KV-cache slots of a rollout (`agent_loop.cache_len_for`).
+    """
+    self.exp = exp
+    self.mesh = mesh
+    self.rules = rules
+    self.ref_params = ref_params
+    self.env = env
+    self.anticheat = anticheat
+    self.cache_len = cache_len
+    actor = transformer.Actor(exp.model)
+    critic = transformer.Critic(exp.model)
+    actor_tx, critic_tx = state_lib.make_optimizers(exp.optim)
+    self.shardings = state_lib.train_state_shardings(
+      exp.model, exp.optim, mesh, rules
     )
-    scalars[f"length/{label}_tokens"] = (
-      float(tokens[rows].mean()) if rows.any() else float("nan")
+    actor_sh, critic_sh = self.shardings
+    self.batch_sharding = sharding.batch_sharding(mesh, rules)
+    self.replicated = jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec()
     )
-    if rows.any():
-      hists[f"length/{label}_turns"] = turns[rows]
-      hists[f"length/{label}_tokens"] = tokens[rows]
-  return scalars, hists
-
-
-def _rows(tree, idx: np.ndarray):
-  """The rows `idx` of every [B, ...] leaf."""
-  return jax.tree.map(lambda x: x[idx], tree)
-
-
-def _mean_metrics(parts: list[dict[str, Any]]) -> dict[str, float]:
-  if not parts:
-    return {}
-  host = jax.device_get(parts)
-  return {k: float(np.mean([p[k] for p in host])) for k in host[0]}
-
-
-def ppo_iteration(
-  learner: Learner,
-  states: tuple[state_lib.TrainState, state_lib.TrainState | None],
-  ref_params: Any,
-  rollout: agent_loop.Rollout,
-  rewards: types.Rewards,
-  iteration: int,
-  rng: jax.Array,
-  timer: metrics_lib.PhaseTimer,
-) -> tuple[tuple[Any, Any], dict[str, float]]:
-  """Steps 4-6 of the module docstring on one iteration's rollouts."""
-  exp = learner.exp
-  actor, critic = states
-  host = _trim(rollout, exp.ppo.length_bucket)
-  with timer.phase("logprobs_values"):
-    arrays = learner.shard(host)
-    tokens, valid = arrays["tokens"], arrays["valid"]
-    old_logp = learner.log_probs(actor.params, tokens, valid)
-    ref_logp = learner.log_probs(ref_params, tokens, valid)
-    if critic is not None:
-      values, after_last = learner.values(
-        critic.params, tokens, valid, arrays["length"]
+    num_micro = exp.ppo.rollouts_per_iteration // (
+      exp.ppo.minibatches * exp.ppo.micro_batch_size
+    )
+    temperature = exp.sampling.temperature
+    vocab_limit = exp.tokenizer().vocab_size
+    self.sampler = eval_lib.make_sampler(exp, temperature)
+    self.log_probs = jax.jit(
+      functools.partial(
+        steps.actor_log_probs,
+        model=actor,
+        temperature=temperature,
+        vocab_limit=vocab_limit,
       )
-    else:
-      values = jnp.zeros_like(old_logp)
-      after_last = jnp.zeros(old_logp.shape[:1], jnp.float32)
-    bootstrap = jnp.where(arrays["truncated"], after_last, 0.0)
-    advantages, returns, metrics = learner.targets(
-      learner.shard(np.asarray(rewards.total, np.float32)),
-      arrays["trainable"],
-      old_logp,
-      ref_logp,
-      values,
-      arrays["truncated"],
-      bootstrap,
-      arrays["group_id"],
     )
-    batch = steps.PPOBatch(
-      tokens=tokens,
-      valid=valid,
-      trainable=arrays["trainable"],
-      old_logp=old_logp,
-      ref_logp=ref_logp,
-      advantages=advantages,
-      returns=returns,
-      old_values=values,
+    self.values = jax.jit(functools.partial(steps.critic_values, model=critic))
+    self.targets = jax.jit(functools.partial(steps.targets, rl=exp.rl))
+    self.explained_variance = jax.jit(losses.explained_variance)
+    self._no_values = jax.jit(_no_values)
+    self._bootstrap = jax.jit(_bootstrap)
+    actor_step = functools.partial(
+      steps.actor_step,
+      model=actor,
+      tx=actor_tx,
+      rl=exp.rl,
+      temperature=temperature,
+      vocab_limit=vocab_limit,
+      num_micro=num_micro,
     )
-    if critic is not None:
-      metrics["critic/explained_variance"] = learner.explained_variance(
-        values, returns, arrays["trainable"]
+    critic_step = (
+      functools.partial(
+        steps.critic_step,
+        model=critic,
+        tx=critic_tx,
+        rl=exp.rl,
+        num_micro=num_micro,
       )
-    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-  after_warmup = actor_trains(exp, iteration)
-  flat = rewards_are_flat(rewards.total)
-  skip_flat = exp.ppo.skip_actor_on_flat_rewards and flat
-  train_actor = after_warmup and not skip_flat
-  if after_warmup and skip_flat:
-    logging.info(
-      "PPO iteration %d: every rollout got reward %g, no task signal; only"
-      " the critic is updated (ppo.skip_actor_on_flat_rewards).",
-      iteration,
-      float(np.asarray(rewards.total).flat[0]),
+      if exp.uses_critic
+      else None
     )
-  host_batch = jax.device_get(batch)
-  rows = host_batch.tokens.shape[0]
-  size = rows // exp.ppo.minibatches
-  actor_parts, critic_parts = [], []
-  with timer.phase("update"):
-    for epoch in range(exp.ppo.epochs):
-      perm = np.asarray(
-        jax.random.permutation(jax.random.fold_in(rng, epoch), rows)
+    critic_in = critic_sh if exp.uses_critic else None
+    # One compiled epoch for iterations that train the actor, one for those
+    # that do not (critic warm-up, flat rewards).
+    self._epochs = {
+      trains: jax.jit(
+        functools.partial(
+          ppo_epoch,
+          actor_step=actor_step if trains else None,
+          critic_step=critic_step,
+          minibatches=exp.ppo.minibatches,
+          batch_sharding=self.batch_sharding,
+        ),
+        in_shardings=(actor_sh, critic_in, self.batch_sharding, None, None),
+        out_shardings=(actor_sh, critic_in, None),
+        donate_argnums=(0, 1),
       )
-      for m in range(exp.ppo.minibatches):
-        idx = perm[m * size : (m + 1) * size]
-        minibatch = learner.shard(_rows(host_batch, idx))
-        step_rng = jax.random.fold_in(rng, 1000 + epoch * 100 + m)
-        if train_actor:
-          actor, out = learner.actor_step(actor, minibatch, step_rng)
-          actor_parts.append(out)
-        if critic is not None:
-          critic, out = learner.critic_step(critic, minibatch, step_rng)
-          critic_parts.append(out)
-    metrics.update(_mean_metrics(actor_parts))
-    metrics.update(_mean_metrics(critic_parts))
-  metrics["policy/actor_trained"] = float(train_actor)
-  metrics["policy/flat_rewards"] = float(flat)
-  for name in ("loss/policy", "loss/critic", "grad_norm/actor"):
-    if name in metrics and not np.isfinite(metrics[name]):
-      raise NonFiniteLossError(
-        f"iteration {iteration}: {name} is {metrics[name]}."
+      for trains in (True, False)
+    }
+
+  def initial_states(self, sft_params: Any, rng: jax.Array) -> States:
+    """(actor, critic) states starting from the SFT params.
+
+    The critic is None when the estimator does not use one.
+    """
+    with sharding.axis_rules(self.mesh, self.rules):
+      actor, critic = state_lib.states_from_actor_params(
+        sft_params,
+        self.exp.model,
+        self.exp.optim,
+        self.mesh,
+        self.rules,
+        rng,
+        self.exp.rl.critic_init,
       )
-  return (actor, critic), metrics
+    return actor, critic if self.exp.uses_critic else None
+
+  def shard(self, tree):
+    """Places host arrays on the mesh, split along the batch."""
+    return sharding.shard_batch(tree, self.mesh, self.rules)
+
+  def iteration(
+    self,
+    states: States,
+    prompts: Sequence[schema.Task],
+    rng: dict[str, jax.Array],
+    *,
+    index: int,
+    timer: metrics_lib.PhaseTimer | None = None,
+  ) -> tuple[States, Metrics]:
+    """Steps 1-7 of the module docstring.
+
+    Args:
+      states: (actor, critic) before the iteration (donated).
+      prompts: the iteration's prompts (`data.iteration_prompts`).
+      rng: the iteration's keys (`keys.ppo_iteration`): "rollout", "update".
+      index: the iteration's 0-based index (critic warm-up).
+      timer: where the phases' times go.
+
+    Returns:
+      (actor, critic) after the update, and the iteration's metrics.
+
+    Raises:
+      NonFiniteLossError: a loss or gradient norm is NaN/inf.
+    """
+    if self.env is None or self.anticheat is None or self.cache_len is None:
+      raise ValueError("Learner.iteration needs env, anticheat and cache_len.")
+    timer = timer or metrics_lib.PhaseTimer()
+    samples = self.exp.ppo.samples_per_prompt
+    tasks = [task for task in prompts for _ in range(samples)]
+    groups = [g for g in range(len(prompts)) for _ in range(samples)]
+    policy = agent_loop.SamplerPolicy(
+      self.sampler,
+      {"params": states[0].params},
+      self.env.tokenizer,
+      self.cache_len,
+    )
+    rollout = agent_loop.collect(
+      self.env, policy, tasks, groups, rng["rollout"]
+    )
+    timer.add("generation", rollout.timings["generate_s"])
+    timer.add("sandbox_wait", rollout.timings["env_s"])
+    with timer.phase("anticheat"):
+      rewards, ac_scalars = self.anticheat.rollout_rewards(rollout.episodes)
+    states, scalars = self.update(
+      states, rollout.batch, rewards.total, index, rng["update"], timer
+    )
+    episodes = episode_metrics(rollout, rewards, self.exp)
+    scalars.update(episodes.scalars)
+    scalars.update(ac_scalars)
+    generated = float(rollout.batch.trainable.sum())
+    scalars["perf/tokens_per_s"] = generated / max(
+      rollout.timings["generate_s"], 1e-9
+    )
+    return states, Metrics(scalars, episodes.histograms)
+
+  def update(
+    self,
+    states: States,
+    batch: types.TrajectoryBatch,
+    total: np.ndarray,
+    index: int,
+    rng: jax.Array,
+    timer: metrics_lib.PhaseTimer,
+  ) -> tuple[States, dict[str, float]]:
+    """Steps 4-6 of the module docstring on one iteration's rollouts.
+
+    Args:
+      states: (actor, critic) (donated).
+      batch: the rollouts, host arrays.
+      total: [B] `Rewards.total` after the anti-cheat.
+      index: the iteration's 0-based index.
+      rng: the iteration's update key.
+      timer: where the phases' times go.
+
+    Returns:
+      The updated states and the update's scalars.
+    """
+    exp = self.exp
+    actor, critic = states
+    host = _trim(batch, exp.ppo.length_bucket)
+    host["total"] = np.asarray(total, np.float32)
+    with timer.phase("logprobs_values"):
+      arrays = self.shard(host)  # the batch's one trip to the devices
+      tokens, valid = arrays["tokens"], arrays["valid"]
+      old_logp = self.log_probs(actor.params, tokens, valid)
+      ref_logp = self.log_probs(self.ref_params, tokens, valid)
+      if critic is not None:
+        values, after_last = self.values(
+          critic.params, tokens, valid, arrays["length"]
+        )
+      else:
+        values, after_last = self._no_values(old_logp)
+      bootstrap = self._bootstrap(arrays["truncated"], after_last)
+      advantages, returns, metrics = self.targets(
+        arrays["total"],
+        arrays["trainable"],
+        old_logp,
+        ref_logp,
+        values,
+        arrays["truncated"],
+        bootstrap,
+        arrays["group_id"],
+      )
+      ppo_batch = steps.PPOBatch(
+        tokens=tokens,
+        valid=valid,
+        trainable=arrays["trainable"],
+        old_logp=old_logp,
+        ref_logp=ref_logp,
+        advantages=advantages,
+        returns=returns,
+        old_values=values,
+      )
+      if critic is not None:
+        metrics["critic/explained_variance"] = self.explained_variance(
+          values, returns, arrays["trainable"]
+        )
+      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    after_warmup = actor_trains(exp, index)
+    flat = rewards_are_flat(host["total"])
+    skip_flat = exp.ppo.skip_actor_on_flat_rewards and flat
+    train_actor = after_warmup and not skip_flat
+    if after_warmup and skip_flat:
+      logging.info(
+        "PPO iteration %d: every rollout got reward %g, no task signal; only"
+        " the critic is updated (ppo.skip_actor_on_flat_rewards).",
+        index,
+        float(host["total"].flat[0]),
+      )
+    epoch_fn = self._epochs[train_actor]
+    rng = jax.device_put(rng, self.replicated)
+    parts = []
+    with timer.phase("update"):
+      for epoch in range(exp.ppo.epochs):
+        at = jax.device_put(np.int32(epoch), self.replicated)
+        actor, critic, out = epoch_fn(actor, critic, ppo_batch, rng, at)
+        parts.append(out)
+      for role in ("actor", "critic"):
+        metrics.update(_stacked_means([p[role] for p in parts if role in p]))
+    metrics["policy/actor_trained"] = float(train_actor)
+    metrics["policy/flat_rewards"] = float(flat)
+    for name in ("loss/policy", "loss/critic", "grad_norm/actor"):
+      if name in metrics and not np.isfinite(metrics[name]):
+        raise NonFiniteLossError(
+          f"iteration {index}: {name} is {metrics[name]}."
+        )
+    return (actor, critic), metrics
 
 
 @dataclasses.dataclass
@@ -378,18 +553,13 @@ def _install_sigterm(stop: Stop):
 
 
 def run_ppo(
-  exp: exp_lib.Experiment,
   learner: Learner,
-  env: code_env.CodeEnv,
-  train_tasks: list[schema.Task],
+  train_tasks: Sequence[schema.Task],
   sft_params: Any,
   workdir: str | pathlib.Path,
   *,
-  reward_fn: RewardFn,
   evaluator: eval_lib.Evaluator,
   writer: metrics_lib.MetricsWriter,
-  monitor_fn: Callable[[list[dict]], dict[str, float]],
-  num_flags: int,
   stop: Stop | None = None,
   iterations: int | None = None,
   console: Callable[[str], None] = print,
@@ -397,17 +567,14 @@ def run_ppo(
   """Runs (or resumes) PPO up to `iterations` (default `ppo.iterations`).
 
   Args:
-    exp: the experiment.
-    learner: its jitted steps.
-    env: the environment with its sandbox pool.
+    learner: the experiment's learner, with its environment, anti-cheat and
+      KL reference.
     train_tasks: prompts to draw from.
-    sft_params: the SFT actor params: starting point and KL reference.
-    workdir: checkpoints go to `<workdir>/checkpoints`.
-    reward_fn: anti-cheat stages over a rollout's raw rewards.
+    sft_params: the SFT actor params: the starting point.
+    workdir: checkpoints go to its `checkpoints/`; its metrics.jsonl is the
+      history a resumed run's monitors read.
     evaluator: held-out pass@1.
     writer: metrics.jsonl / TensorBoard writer.
-    monitor_fn: alarms over the metrics history -> scalars to log.
-    num_flags: F of `Rewards.stage1_flags`.
     stop: set `requested` to stop after the current iteration (SIGTERM
       does it when running in the main thread).
     iterations: stop after this many iterations in total (tests).
@@ -421,26 +588,20 @@ def run_ppo(
     NonFiniteLossError: a loss went NaN/inf; the newest checkpoint is the
       last good iteration.
   """
+  exp = learner.exp
   total_iterations = exp.ppo.iterations if iterations is None else iterations
   stop = stop or Stop()
   previous = _install_sigterm(stop)
-  workdir = pathlib.Path(workdir)
-  base_rng = jax.random.key(exp.seed + 1)
-  actor, critic = learner.initial_states(
-    sft_params, jax.random.fold_in(base_rng, 0x7FFFFFFF)
-  )
-  if not exp.uses_critic:
-    critic = None
-  tok = env.tokenizer
-  sampler = eval_lib.make_sampler(exp, exp.sampling.temperature)
-  longest = max(len(env.reset(t).prompt_ids) for t in train_tasks)
-  cache_len = agent_loop.cache_len_for(env.config, longest)
-  history = writer_history(workdir)
+  paths = workdir_lib.Workdir(workdir)
+  run_key = keys.ppo(exp.seed)
+  actor, critic = learner.initial_states(sft_params, keys.ppo_init(exp.seed))
+  history = writer_history(paths.root)
+  watcher = monitors.Watcher(exp.monitors)
   last_eval: dict[str, float] = {}
   start_time = time.perf_counter()
   try:
-    with ckpt_lib.Checkpointer(workdir / PPO_DIR, exp.checkpoint) as ckpt:
-      restored = ckpt.restore_latest(actor=actor, critic=critic, rng=base_rng)
+    with ckpt_lib.Checkpointer(paths.checkpoints, exp.checkpoint) as ckpt:
+      restored = ckpt.restore_latest(actor=actor, critic=critic, rng=run_key)
       start = 0
       if restored is not None:
         actor, critic = restored.actor, restored.critic
@@ -451,73 +612,41 @@ def run_ppo(
       done = start
       for it in range(start, total_iterations):
         timer = metrics_lib.PhaseTimer()
-        it_rng = jax.random.fold_in(base_rng, it)
-        tasks, groups = data_lib.iteration_tasks(
-          train_tasks,
-          exp.seed,
-          it,
-          exp.ppo.prompts_per_iteration,
-          exp.ppo.samples_per_prompt,
+        it_keys = keys.ppo_iteration(exp.seed, it)
+        prompts = data_lib.iteration_prompts(
+          train_tasks, exp.seed, it, exp.ppo.prompts_per_iteration
         )
-        policy = agent_loop.SamplerPolicy(
-          sampler, {"params": actor.params}, tok, cache_len
+        (actor, critic), metrics = learner.iteration(
+          (actor, critic), prompts, it_keys, index=it, timer=timer
         )
-        rollout = agent_loop.collect(
-          env,
-          policy,
-          tasks,
-          groups,
-          jax.random.fold_in(it_rng, 0),
-          num_flags=num_flags,
-        )
-        timer.add("generation", rollout.timings["generate_s"])
-        timer.add("sandbox_wait", rollout.timings["env_s"])
-        with timer.phase("anticheat"):
-          rewards, ac_scalars = reward_fn(rollout, tasks)
-        (actor, critic), metrics = ppo_iteration(
-          learner,
-          (actor, critic),
-          sft_params,
-          rollout,
-          rewards,
-          it,
-          jax.random.fold_in(it_rng, 1),
-          timer,
-        )
-        ep_scalars, hists = _episode_metrics(rollout, rewards, exp)
-        metrics.update(ep_scalars)
-        metrics.update(ac_scalars)
-        generated = float(np.asarray(rollout.batch.trainable).sum())
-        metrics["perf/tokens_per_s"] = generated / max(
-          rollout.timings["generate_s"], 1e-9
-        )
+        scalars = metrics.scalars
         if (it + 1) % exp.ppo.eval_every == 0 or it + 1 == total_iterations:
           with timer.phase("eval"):
-            last_eval = evaluator(actor.params, jax.random.fold_in(it_rng, 2))
-          metrics.update(last_eval)
+            last_eval = evaluator(actor.params, it_keys["eval"])
+          scalars.update(last_eval)
         checkpoint = ckpt_lib.TrainCheckpoint(
           actor=actor,
           critic=critic,
           step=it + 1,
-          rng=base_rng,
+          rng=run_key,
           data_position={"iteration": it + 1},
         )
         with timer.phase("checkpoint"):
           saved = ckpt.save(
             checkpoint, force=stop.requested or it + 1 == total_iterations
           )
-        metrics.update(timer.scalars())
-        history.append({"iteration": it, **metrics})
-        metrics.update(monitor_fn(history))
-        writer.write_scalars(it, metrics)
-        writer.write_histograms(it, hists)
+        scalars.update(timer.scalars())
+        history.append({"iteration": it, **scalars})
+        scalars.update(watcher(history))
+        writer.write_scalars(it, scalars)
+        writer.write_histograms(it, metrics.histograms)
         writer.flush()
         done = it + 1
         console(
           metrics_lib.format_progress(
             it,
             total_iterations,
-            metrics,
+            scalars,
             time.perf_counter() - start_time,
             start_iteration=start,
           )

@@ -30,9 +30,9 @@ from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment as exp_lib
+from codeagent_rl.train import keys
 from codeagent_rl.train import steps
-
-SFT_DIR = "sft"
+from codeagent_rl.train import workdir as workdir_lib
 
 
 def sft_optim(exp: exp_lib.Experiment) -> state_lib.OptimConfig:
@@ -60,7 +60,7 @@ def _checkpointer(workdir: pathlib.Path, exp: exp_lib.Experiment):
   config = ckpt_lib.CheckpointConfig(
     keep=1, save_every=max(1, exp.sft.steps), async_save=False
   )
-  return ckpt_lib.Checkpointer(workdir / SFT_DIR, config)
+  return ckpt_lib.Checkpointer(workdir_lib.Workdir(workdir).sft, config)
 
 
 def check_not_past_steps(
@@ -114,8 +114,7 @@ def run_sft(
   """
   workdir = pathlib.Path(workdir)
   optim = sft_optim(exp)
-  rng = jax.random.key(exp.seed)
-  init_rng = jax.random.fold_in(rng, 0)
+  init_rng = keys.sft_init(exp.seed)
   with sharding.axis_rules(mesh, rules):
     actor, _ = state_lib.create_train_states(
       exp.model, optim, mesh, rules, init_rng
@@ -249,7 +248,7 @@ def _train(
         k: arrays[k][rows, :width] for k in ("tokens", "valid", "trainable")
       }
       batch = sharding.shard_batch(batch, mesh, rules)
-      actor, out = step_fn(actor, batch, jax.random.key(step))
+      actor, out = step_fn(actor, batch, keys.sft_step(exp.seed, step))
       window.append(out)
       done = step + 1
       save_now = (

@@ -108,7 +108,6 @@ def test_masks_turns_and_reward_placement_exact(env):
   assert batch.shape == (3, ENV.max_total_tokens)
   tokens = np.asarray(batch.tokens)
   trainable = np.asarray(batch.trainable)
-  turn = np.asarray(batch.turn)
   prompt = policy.prompts[0]
   obs = policy.observed[0][0]
   a1, a2 = TOK.encode(run_bad), TOK.encode(submit_good)
@@ -122,25 +121,19 @@ def test_masks_turns_and_reward_placement_exact(env):
   )
   assert trainable[0, :n].astype(int).tolist() == want_train
   assert not trainable[0, n:].any()
-  want_turn = [0] * len(prompt) + [1] * (len(a1) + len(obs)) + [2] * len(a2)
-  assert turn[0, :n].tolist() == want_turn
   # The observation is framed by the real protocol ids.
   assert obs[0] == TOK.special_ids[tokenizer_lib.OBS]
   assert obs[-1] == TOK.special_ids[tokenizer_lib.OBS_END]
   assert "tests: 0/2 passed" in TOK.decode(obs)
   # Rewards: rows 0 and 1 solved it, row 2 did not.
-  np.testing.assert_allclose(out.rewards.suite_a, [1.0, 1.0, 0.0])
-  np.testing.assert_allclose(out.rewards.suite_b, [1.0, 1.0, 0.0])
+  rewards = code_env.rewards([e.outcome for e in out.episodes])
+  np.testing.assert_allclose(rewards.suite_a, [1.0, 1.0, 0.0])
+  np.testing.assert_allclose(rewards.suite_b, [1.0, 1.0, 0.0])
   assert not np.asarray(batch.truncated).any()
   np.testing.assert_array_equal(batch.group_id, [0, 0, 1])
   # The terminal reward lands on the last token of the submit action.
-  placed = np.asarray(
-    gae.place_terminal_reward(out.rewards.total, batch.trainable)
-  )
+  placed = np.asarray(gae.place_terminal_reward(rewards.total, batch.trainable))
   assert placed[0, n - 1] == 1.0 and placed[0].sum() == 1.0
-  # Sample log-probs sit on trainable tokens only.
-  lp = out.sample_log_probs
-  assert np.all(lp[trainable] == -0.5) and np.all(lp[~trainable] == 0)
   # Finished rows get no budget: turn 2 asks only row 0.
   assert policy.budgets[1] == [ENV.max_tokens_per_turn, 0, 0]
   assert [e.stop_reason for e in out.episodes] == ["submit"] * 3
@@ -153,11 +146,10 @@ def test_truncation_by_turn_budget(env):
   out = agent_loop.collect(env, policy, [_task()], [0], jax.random.PRNGKey(1))
   assert bool(out.batch.truncated[0])
   assert out.episodes[0].stop_reason == code_env.STOP_MAX_TURNS
-  assert float(out.rewards.total[0]) == 0.0
-  turn = np.asarray(out.batch.turn[0])
+  assert out.episodes[0].outcome.suite_a == 0.0
   trainable = np.asarray(out.batch.trainable[0])
   # Three turns; the last observation is not appended (nothing follows it).
-  assert turn[trainable].max() == ENV.max_turns
+  assert len(out.episodes[0].turns) == ENV.max_turns
   assert len(policy.observed[0]) == ENV.max_turns - 1
   last_trainable = np.flatnonzero(trainable)[-1]
   assert last_trainable == int(out.batch.length[0]) - 1
@@ -238,21 +230,23 @@ def test_sampler_policy_drives_the_transformer(env):
   )
   tasks = [_task("a"), _task("b")]
   prompt_len = max(len(small_env.reset(t).prompt_ids) for t in tasks)
-  policy = agent_loop.SamplerPolicy(
-    sampler, params, TOK, agent_loop.cache_len_for(env_cfg, prompt_len)
+  policy = _LogProbRecorder(
+    agent_loop.SamplerPolicy(
+      sampler, params, TOK, agent_loop.cache_len_for(env_cfg, prompt_len)
+    )
   )
   out = agent_loop.collect(
     small_env, policy, tasks, [0, 0], jax.random.PRNGKey(3)
   )
-  assert policy._state is None  # the KV cache is released after the rollout
+  assert policy.inner._state is None  # the KV cache is released afterwards
   batch = out.batch
   batch.check()
   trainable = np.asarray(batch.trainable)
   # A random policy cannot solve it; every row made at least one turn.
   assert trainable.sum(axis=1).min() >= 1
-  assert np.all(np.asarray(out.rewards.total) == 0)
+  assert all(e.outcome.suite_a == 0 for e in out.episodes)
   # Log-probs of sampled tokens are real (negative) numbers.
-  lp = out.sample_log_probs
+  lp = policy.on_tokens(trainable)
   assert np.all(lp[trainable] < 0) and np.all(lp[~trainable] == 0)
   # Recomputing log-probs with a full forward matches the sampler's.
   tokens = jnp.asarray(batch.tokens)
@@ -265,6 +259,37 @@ def test_sampler_policy_drives_the_transformer(env):
   np.testing.assert_allclose(
     np.asarray(taken)[trainable[:, 1:]], lp[:, 1:][trainable[:, 1:]], atol=2e-4
   )
+
+
+class _LogProbRecorder:
+  """A policy that keeps the log-prob of every token the inner one samples."""
+
+  def __init__(self, inner):
+    self.inner = inner
+    self.log_probs = []
+
+  def begin(self, prompts):
+    self.log_probs = [[] for _ in prompts]
+    self.inner.begin(prompts)
+
+  def generate(self, budgets, rng):
+    out = self.inner.generate(budgets, rng)
+    for row, (_, logp) in zip(self.log_probs, out, strict=True):
+      row.extend(logp)
+    return out
+
+  def observe(self, observations):
+    self.inner.observe(observations)
+
+  def end(self):
+    self.inner.end()
+
+  def on_tokens(self, trainable):
+    """[B, T] the recorded log-probs at the trainable positions, else 0."""
+    out = np.zeros(trainable.shape, np.float32)
+    for i, row in enumerate(self.log_probs):
+      out[i, trainable[i]] = row
+    return out
 
 
 class _GatedPool:
@@ -313,6 +338,8 @@ def test_submissions_are_graded_while_others_generate(env):
   )
   # Row 0's grading waited for turn 2's generation: it did not block it.
   assert not gated.pool.blocked
-  np.testing.assert_allclose(out.rewards.suite_a, [1.0, 1.0])
+  np.testing.assert_allclose(
+    [e.outcome.suite_a for e in out.episodes], [1.0, 1.0]
+  )
   assert [e.stop_reason for e in out.episodes] == ["submit", "submit"]
   assert policy.budgets[1] == [0, ENV.max_tokens_per_turn]

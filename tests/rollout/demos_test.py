@@ -59,7 +59,9 @@ def test_multi_turn_demo_carries_the_real_observation(env):
   ]
   out = demos.render(env, [_task()] * 3, plans)
   assert [e.stop_reason for e in out.episodes] == ["submit"] * 3
-  np.testing.assert_allclose(out.rewards.suite_a, [1.0, 1.0, 0.0])
+  np.testing.assert_allclose(
+    [e.outcome.suite_a for e in out.episodes], [1.0, 1.0, 0.0]
+  )
   tokens = np.asarray(out.batch.tokens[0])
   trainable = np.asarray(out.batch.trainable[0])
   n = int(out.batch.length[0])

@@ -12,6 +12,7 @@ from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment as exp_lib
+from codeagent_rl.train import workdir as workdir_lib
 from configs import tiny
 
 SANDBOX = sandbox_config.SandboxConfig(
@@ -88,6 +89,6 @@ def test_cache_is_reused_and_rebuilt_when_stale(setup, tmp_path):
   data_lib.sft_arrays(other, task_sets, tmp_path)
   assert sum(counting.kinds.values()) == 2 * jobs
   # A damaged file is rebuilt, not trusted.
-  (tmp_path / data_lib.SFT_CACHE).write_bytes(b"not an npz")
+  (tmp_path / workdir_lib.SFT_DATA).write_bytes(b"not an npz")
   rebuilt = data_lib.sft_arrays(env, task_sets, tmp_path)
   np.testing.assert_array_equal(rebuilt["tokens"], first["tokens"])

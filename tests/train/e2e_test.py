@@ -32,6 +32,7 @@ import pytest
 from codeagent_rl import grade
 from codeagent_rl import samples as samples_lib
 from codeagent_rl.anticheat import config as anticheat_config
+from codeagent_rl.anticheat import monitors
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import state as state_lib
@@ -44,7 +45,7 @@ from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo
 from codeagent_rl.train import run
-from codeagent_rl.train import sft
+from codeagent_rl.train import workdir as workdir_lib
 from configs import eval_humaneval
 from configs import tiny
 
@@ -106,6 +107,11 @@ def _config(preset="smoke", **overrides):
   return config
 
 
+def _exp(**overrides):
+  """The validated experiment of `_config(**overrides)`."""
+  return experiment.Experiment.from_config(_config(**overrides))
+
+
 def _eval_config(train_config="tiny:smoke", **humaneval):
   """The HumanEval job on a smoke run: the first problems, greedy only."""
   config = eval_humaneval.get_config(train_config)
@@ -142,7 +148,7 @@ def _metrics(workdir):
 def _latest_step(workdir):
   cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
   with ckpt_lib.Checkpointer(
-    pathlib.Path(workdir) / ppo.PPO_DIR, cfg, read_only=True
+    pathlib.Path(workdir) / workdir_lib.PPO_DIR, cfg, read_only=True
   ) as ckpt:
     return ckpt.latest_step(), ckpt.all_steps()
 
@@ -164,7 +170,7 @@ def _restore(workdir, config, step, with_critic=True):
   )
   cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
   with ckpt_lib.Checkpointer(
-    pathlib.Path(workdir) / ppo.PPO_DIR, cfg, read_only=True
+    pathlib.Path(workdir) / workdir_lib.PPO_DIR, cfg, read_only=True
   ) as ckpt:
     return ckpt.restore(
       step,
@@ -192,9 +198,9 @@ def _copy(src, dst):
 
 def _strip_ppo(workdir):
   """Leaves SFT, its data cache and its evaluation; removes all of PPO."""
-  shutil.rmtree(workdir / ppo.PPO_DIR)
-  shutil.rmtree(workdir / metrics_lib.TENSORBOARD_DIR)
-  for name in (metrics_lib.METRICS_FILE, run.SUMMARY):
+  shutil.rmtree(workdir / workdir_lib.PPO_DIR)
+  shutil.rmtree(workdir / workdir_lib.TENSORBOARD)
+  for name in (workdir_lib.METRICS, workdir_lib.SUMMARY):
     (workdir / name).unlink()
 
 
@@ -204,7 +210,12 @@ def _run(name, root, config, sandbox=SANDBOX, stop=None, **kwargs):
   record = {"console": console.lines, "summary": None, "error": None}
   try:
     record["summary"] = run.train_and_evaluate(
-      config, root / name, sandbox, stop=stop, console=console, **kwargs
+      experiment.Experiment.from_config(config),
+      root / name,
+      sandbox,
+      stop=stop,
+      console=console,
+      **kwargs,
     )
   except Exception as e:  # recorded for the test that expects it
     record["error"] = _error(e)
@@ -217,7 +228,8 @@ def _run_job(name, root, config):
   record = {"console": [], "summary": None, "error": None}
   try:
     with contextlib.redirect_stdout(stdout):
-      record["summary"] = run.run_job(config, root / name, SANDBOX)
+      job = run.job_from_config(config)
+      record["summary"] = run.run_job(job, root / name, SANDBOX)
   except Exception as e:  # recorded for the test that expects it
     record["error"] = _error(e)
   record["console"] = stdout.getvalue().splitlines()
@@ -242,7 +254,7 @@ def run_all(root: pathlib.Path) -> dict:
   _copy(root / "smoke", root / "humaneval")
   results["humaneval"] = _run_job("humaneval", root, _eval_config())
   _copy(root / "sft_only", root / "humaneval_sft")
-  tasks_file = root / "humaneval" / eval_job.TASKS_CACHE
+  tasks_file = root / "humaneval" / workdir_lib.HUMANEVAL_TASKS
   results["humaneval_sft"] = _run_job(
     "humaneval_sft", root, _eval_config(tasks_file=str(tasks_file))
   )
@@ -328,7 +340,7 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
   config = json.loads((workdir / "config.json").read_text())
   assert config["ppo"]["length_bucket"] == 512
   assert config["rl"]["advantage"]["estimator"] == "gae"
-  assert (workdir / sft.SFT_DIR / "4").is_dir()  # sft.steps
+  assert (workdir / workdir_lib.SFT_DIR / "4").is_dir()  # sft.steps
   assert _latest_step(workdir) == (2, [1, 2])
   # metrics.jsonl: one line per iteration, with every promised key.
   records = _metrics(workdir)
@@ -341,13 +353,13 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
     assert any(k.startswith("anticheat/") for k in metrics)
   assert "eval/greedy/pass_a" in records[1]
   assert "eval/sampled/pass_a" not in records[1]  # eval.sampled=False
-  events = list((workdir / metrics_lib.TENSORBOARD_DIR).glob("events.*"))
+  events = list((workdir / workdir_lib.TENSORBOARD).glob("events.*"))
   assert events and all(e.stat().st_size > 0 for e in events)
-  saved = json.loads((workdir / run.EVAL_SFT).read_text())
+  saved = json.loads((workdir / workdir_lib.EVAL_SFT).read_text())
   assert saved["key"]["sft_steps"] == 4  # sft.steps of the test config
   assert 0.0 <= saved["eval"]["eval/greedy/pass_a"] <= 1.0
   # The summary: on disk, returned, and printed.
-  on_disk = json.loads((workdir / run.SUMMARY).read_text())
+  on_disk = json.loads((workdir / workdir_lib.SUMMARY).read_text())
   assert on_disk["table"] == summary["table"]
   assert summary["iterations_done"] == 2
   assert not summary["stopped_early"]  # it ran the 2 iterations asked for
@@ -357,9 +369,9 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
   table = summary["table"].splitlines()
   assert any(line.startswith("SFT (greedy) ") for line in table)
   assert any(line.startswith("PPO final (greedy) ") for line in table)
-  assert str(workdir / ppo.PPO_DIR) in summary["table"]
+  assert str(workdir / workdir_lib.PPO_DIR) in summary["table"]
   # Per-task rates of both evaluations, and the paired line (greedy only).
-  final = json.loads((workdir / run.EVAL_FINAL).read_text())
+  final = json.loads((workdir / workdir_lib.EVAL_FINAL).read_text())
   assert final["iteration"] == 2
   for per_task in (saved["per_task"], final["per_task"]):
     assert list(per_task) == ["greedy"]
@@ -368,9 +380,13 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
     )
   # The final evaluation's episodes, as a samples file over the held-out
   # tasks: graded offline, they are solved exactly where the trainer said.
-  tasks = {t.task_id: t for t in schema.read_tasks(workdir / run.EVAL_TASKS)}
+  tasks = {
+    t.task_id: t for t in schema.read_tasks(workdir / workdir_lib.EVAL_TASKS)
+  }
   assert len(tasks) == config["data"]["num_eval_tasks"]
-  lines = samples_lib.read_samples(workdir / run.EVAL_FINAL_SAMPLES, tasks)
+  lines = samples_lib.read_samples(
+    workdir / workdir_lib.EVAL_FINAL_SAMPLES, tasks
+  )
   assert [s.task_id for s in lines] == final["per_task"]["greedy"]["task_id"]
   anticheat = pipeline.AntiCheat.from_config(
     anticheat_config.AntiCheatConfig.from_config(config["anticheat"])
@@ -392,7 +408,7 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
     for line in table
   )
   # The alarms line counts the monitor/* metrics of every iteration.
-  assert summary["alarms"] == run.alarm_counts(records)
+  assert summary["alarms"] == monitors.alarm_counts(records)
   assert any(line.startswith("monitor alarms: ") for line in table), table
   # The console: one progress line per iteration, then the table.
   assert console.progress() == [1, 2]
@@ -513,7 +529,9 @@ def test_stop_request_saves_and_returns(runs):
 def _humaneval_ok(record, workdir):
   """The job's result; checks that it is the one on disk and printed."""
   result = _ok(record)
-  assert json.loads((workdir / eval_job.RESULT).read_text()) == result
+  assert (
+    json.loads((workdir / workdir_lib.HUMANEVAL_RESULT).read_text()) == result
+  )
   assert result["num_tasks"] == HUMANEVAL_TASKS
   pass_a = result["humaneval/greedy/pass_a"]
   pass_ab = result["humaneval/greedy/pass_ab"]
@@ -533,9 +551,11 @@ def test_humaneval_job_evaluates_the_newest_ppo_checkpoint(runs):
   workdir = root / "humaneval"
   result = _humaneval_ok(results["humaneval"], workdir)
   assert _latest_step(workdir) == (2, [1, 2])
-  assert result["checkpoint"] == f"PPO iteration 2 ({workdir / ppo.PPO_DIR})"
+  assert (
+    result["checkpoint"] == f"PPO iteration 2 ({workdir / workdir_lib.PPO_DIR})"
+  )
   # The problems were converted now and cached, only as many as asked.
-  lines = (workdir / eval_job.TASKS_CACHE).read_text().splitlines()
+  lines = (workdir / workdir_lib.HUMANEVAL_TASKS).read_text().splitlines()
   tasks = [json.loads(line) for line in lines]
   assert [t["task_id"] for t in tasks] == [
     f"HumanEval/{i}" for i in range(HUMANEVAL_TASKS)
@@ -547,9 +567,9 @@ def test_humaneval_job_falls_back_to_the_sft_checkpoint(runs):
   root, results = runs
   workdir = root / "humaneval_sft"
   result = _humaneval_ok(results["humaneval_sft"], workdir)
-  assert not (workdir / ppo.PPO_DIR).exists()
-  assert result["checkpoint"] == f"SFT step 4 ({workdir / sft.SFT_DIR})"
-  assert not (workdir / eval_job.TASKS_CACHE).exists()  # read tasks_file
+  assert not (workdir / workdir_lib.PPO_DIR).exists()
+  assert result["checkpoint"] == f"SFT step 4 ({workdir / workdir_lib.SFT_DIR})"
+  assert not (workdir / workdir_lib.HUMANEVAL_TASKS).exists()  # read tasks_file
 
 
 @pytest.mark.parametrize(
@@ -561,12 +581,12 @@ def test_humaneval_job_without_a_checkpoint_says_to_train_first(
 ):
   workdir = tmp_path / "untrained"
   # Both checkpoint folders exist but hold no step (stopped before a save).
-  (workdir / ppo.PPO_DIR).mkdir(parents=True)
-  (workdir / sft.SFT_DIR).mkdir()
+  (workdir / workdir_lib.PPO_DIR).mkdir(parents=True)
+  (workdir / workdir_lib.SFT_DIR).mkdir()
   config = _eval_config(train_config)
   assert config.humaneval.train_config == train_config
   with pytest.raises(eval_job.CheckpointNotFoundError) as error:
-    run.run_job(config, workdir, SANDBOX)
+    run.run_job(run.job_from_config(config), workdir, SANDBOX)
   assert isinstance(error.value, FileNotFoundError)
   message = str(error.value)
   assert message.startswith(f"{workdir} has no PPO "), message
@@ -575,7 +595,7 @@ def test_humaneval_job_without_a_checkpoint_says_to_train_first(
     f" train first: python -m codeagent_rl.main --config={flag}"
     f" --workdir={workdir}"
   ), message
-  assert not (workdir / eval_job.RESULT).exists()
+  assert not (workdir / workdir_lib.HUMANEVAL_RESULT).exists()
 
 
 def test_cli_without_a_checkpoint_exits_with_the_message(tmp_path):
@@ -631,7 +651,7 @@ def test_cli_rejects_a_bad_humaneval_value_before_starting(tmp_path):
 def test_cli_sft_past_its_steps_exits_with_the_message(runs, tmp_path):
   root, _ = runs
   workdir = _copy(root / "sft_only", tmp_path / "sft_only")
-  before = sorted(p.name for p in (workdir / sft.SFT_DIR).iterdir())
+  before = sorted(p.name for p in (workdir / workdir_lib.SFT_DIR).iterdir())
   overrides = {
     "data.num_train_tasks": 8,
     "data.num_eval_tasks": 2,
@@ -645,9 +665,13 @@ def test_cli_sft_past_its_steps_exits_with_the_message(runs, tmp_path):
     f"--workdir={workdir}",
   )
   line = _last_error_line(proc)
-  assert line.startswith(f"error: {workdir / sft.SFT_DIR} holds an SFT"), line
+  assert line.startswith(
+    f"error: {workdir / workdir_lib.SFT_DIR} holds an SFT"
+  ), line
   assert "--config.sft.steps=4" in line
-  assert sorted(p.name for p in (workdir / sft.SFT_DIR).iterdir()) == before
+  assert (
+    sorted(p.name for p in (workdir / workdir_lib.SFT_DIR).iterdir()) == before
+  )
 
 
 def test_cli_names_a_bad_preset_or_field_in_one_line(tmp_path):
@@ -709,11 +733,11 @@ def test_humaneval_tasks_file_must_hold_num_tasks_problems(tmp_path):
   path.write_text("{not json\n")
   with pytest.raises(experiment.SetupError, match="cannot be read"):
     read()
-  assert not (tmp_path / eval_job.TASKS_CACHE).exists()
+  assert not (tmp_path / workdir_lib.HUMANEVAL_TASKS).exists()
 
 
 def test_saved_sft_eval_is_reused_only_under_the_same_key(tmp_path):
-  path = tmp_path / run.EVAL_SFT
+  path = tmp_path / workdir_lib.EVAL_SFT
   exp = experiment.Experiment.from_config(_config())
   key = run._sft_eval_key(exp)
   assert key["sft_steps"] == exp.sft.steps
@@ -752,9 +776,9 @@ def test_more_sft_steps_under_ppo_checkpoints_are_refused(runs, tmp_path):
   done, _ = _latest_step(workdir)
   before = _listing(workdir)
   with pytest.raises(experiment.SetupError, match="would train SFT") as e:
-    run.train_and_evaluate(_config(sft__steps=6), workdir, SANDBOX)
+    run.train_and_evaluate(_exp(sft__steps=6), workdir, SANDBOX)
   message = str(e.value)
-  assert f"{workdir / ppo.PPO_DIR} holds PPO checkpoints" in message
+  assert f"{workdir / workdir_lib.PPO_DIR} holds PPO checkpoints" in message
   assert f"to iteration {done})" in message
   assert "config.sft.steps=6" in message
   assert "--config.sft.steps=4 to resume PPO" in message
@@ -767,7 +791,7 @@ def test_fewer_sft_steps_are_refused_before_anything_is_written(runs, tmp_path):
   workdir = _copy(root / "smoke", tmp_path / "smoke")
   before = _listing(workdir)
   with pytest.raises(experiment.SetupError, match="past") as e:
-    run.train_and_evaluate(_config(sft__steps=2), workdir, SANDBOX)
+    run.train_and_evaluate(_exp(sft__steps=2), workdir, SANDBOX)
   message = str(e.value)
   assert "SFT checkpoint at step 4, past config.sft.steps=2" in message
   assert "--config.sft.steps=4 to reuse that checkpoint" in message
@@ -775,7 +799,7 @@ def test_fewer_sft_steps_are_refused_before_anything_is_written(runs, tmp_path):
 
 
 def _cache_ids(workdir):
-  tasks = (workdir / eval_job.TASKS_CACHE).read_text().splitlines()
+  tasks = (workdir / workdir_lib.HUMANEVAL_TASKS).read_text().splitlines()
   return [json.loads(line)["task_id"] for line in tasks]
 
 
@@ -792,7 +816,7 @@ def test_humaneval_task_cache_follows_num_tasks(tmp_path, monkeypatch):
   # "All" problems are 5 here, to keep the conversions few.
   monkeypatch.setattr(eval_job.humaneval, "NUM_PROBLEMS", 5)
   ids = [f"HumanEval/{i}" for i in range(5)]
-  cache = tmp_path / eval_job.TASKS_CACHE
+  cache = tmp_path / workdir_lib.HUMANEVAL_TASKS
 
   def tasks(num_tasks):
     config = _eval_config(num_tasks=num_tasks).humaneval.to_dict()

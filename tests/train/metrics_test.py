@@ -15,19 +15,20 @@ from tensorboardX import record_writer
 from tensorboardX.proto import event_pb2
 
 from codeagent_rl.train import metrics
+from codeagent_rl.train import workdir as workdir_lib
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
 def _read_lines(workdir):
-  with open(os.path.join(workdir, metrics.METRICS_FILE)) as f:
+  with open(os.path.join(workdir, workdir_lib.METRICS)) as f:
     return f.read().splitlines()
 
 
 def _read_events(workdir):
   """Every Event in the TensorBoard files, checking the record CRCs."""
   paths = sorted(
-    glob.glob(os.path.join(workdir, metrics.TENSORBOARD_DIR, "*tfevents*"))
+    glob.glob(os.path.join(workdir, workdir_lib.TENSORBOARD, "*tfevents*"))
   )
   assert paths
   events = []
@@ -214,8 +215,8 @@ def test_resume_drops_lines_of_the_crashed_run(tmp_path):
   assert [r["run"] for r in records] == [1.0, 1.0, 1.0, 2.0, 2.0]
   # The atomic rewrite left no temporary file behind.
   assert sorted(os.listdir(workdir)) == [
-    metrics.METRICS_FILE,
-    metrics.TENSORBOARD_DIR,
+    workdir_lib.METRICS,
+    workdir_lib.TENSORBOARD,
   ]
   # TensorBoard: both runs' files survive, and the resumed one tells
   # TensorBoard to hide the first run's events from step 3 on.
@@ -237,7 +238,7 @@ def test_fresh_start_replaces_an_old_file(tmp_path):
 
 def test_partial_last_line_is_skipped_and_dropped_on_resume(tmp_path):
   workdir = str(tmp_path)
-  path = os.path.join(workdir, metrics.METRICS_FILE)
+  path = os.path.join(workdir, workdir_lib.METRICS)
   with open(path, "w") as f:
     f.write('{"iteration":0,"a":1}\n{"iteration":1,"a":2}\n{"iteration":2,"a')
   assert [r["iteration"] for r in metrics.read_metrics(workdir)] == [0, 1]
@@ -254,7 +255,7 @@ def test_partial_last_line_is_skipped_and_dropped_on_resume(tmp_path):
 
 def test_malformed_line_is_named(tmp_path):
   workdir = str(tmp_path)
-  path = os.path.join(workdir, metrics.METRICS_FILE)
+  path = os.path.join(workdir, workdir_lib.METRICS)
   with open(path, "w") as f:
     f.write('{"iteration":0}\nnot json\n{"iteration":2}\n')
   with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON line"):

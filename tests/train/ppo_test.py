@@ -1,4 +1,4 @@
-"""`ppo_iteration` on a hand-made rollout: who trains when rewards are flat.
+"""`Learner.update` on a hand-made rollout: who trains when rewards are flat.
 
 The smoke model cut to one block, on the 8 fake test devices; one
 minibatch of 8 rollouts.
@@ -13,7 +13,6 @@ import logging
 import types as pytypes
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -22,7 +21,6 @@ from codeagent_rl.anticheat import features
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
-from codeagent_rl.rollout import agent_loop
 from codeagent_rl.status import JobStatus
 from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
@@ -91,30 +89,15 @@ def _rollout(total):
   trainable = valid & (pos >= PROMPT)
   tokens = np.where(valid, rng.integers(16, 272, (BATCH, LENGTH)), 0)
   batch = types.TrajectoryBatch(
-    tokens=jnp.asarray(tokens, jnp.int32),
-    trainable=jnp.asarray(trainable),
-    valid=jnp.asarray(valid),
-    turn=jnp.zeros((BATCH, LENGTH), jnp.int32),
-    length=jnp.asarray(lengths, jnp.int32),
-    truncated=jnp.zeros((BATCH,), bool),
-    bootstrap_value=jnp.zeros((BATCH,), jnp.float32),
-    group_id=jnp.asarray(np.repeat(np.arange(BATCH // 4), 4), jnp.int32),
+    tokens=tokens.astype(np.int32),
+    trainable=trainable,
+    valid=valid,
+    length=lengths.astype(np.int32),
+    truncated=np.zeros((BATCH,), bool),
+    group_id=np.repeat(np.arange(BATCH // 4), 4).astype(np.int32),
   )
-  rewards = types.Rewards.from_suites(
-    suite_a=np.asarray(total, np.float32),
-    suite_b=np.asarray(total, np.float32),
-    executed=np.ones((BATCH,), bool),
-    status=np.zeros((BATCH,), np.int32),
-    num_flags=1,
-  )
-  rollout = agent_loop.Rollout(
-    batch=batch,
-    sample_log_probs=np.zeros((BATCH, LENGTH), np.float32),
-    rewards=rewards,
-    episodes=[],
-    timings={},
-  )
-  return rollout, rewards
+  batch.check()
+  return batch, np.asarray(total, np.float32)
 
 
 def _moved(before, after) -> float:
@@ -127,7 +110,7 @@ def _moved(before, after) -> float:
 
 
 def _iterate(learner, params, total, iteration=0):
-  """(actor moved, critic moved, metrics) of one `ppo_iteration`.
+  """(actor moved, critic moved, metrics) of one `Learner.update`.
 
   Args:
     learner: the learner (its `exp` says what trains).
@@ -139,13 +122,12 @@ def _iterate(learner, params, total, iteration=0):
   states = learner.initial_states(sft_params, jax.random.key(1))
   # Host copies: the steps donate the states.
   before = jax.device_get((states[0].params, states[1].params))
-  rollout, rewards = _rollout(total)
-  (actor, critic), metrics = ppo_lib.ppo_iteration(
-    learner,
+  batch, total = _rollout(total)
+  learner.ref_params = ref_params
+  (actor, critic), metrics = learner.update(
     states,
-    ref_params,
-    rollout,
-    rewards,
+    batch,
+    total,
     iteration,
     jax.random.key(3),
     metrics_lib.PhaseTimer(),
@@ -257,7 +239,7 @@ def test_episode_metrics_count_stage1_rejected_episodes_as_unsolved():
     status=np.zeros(3, np.int32),
     num_flags=features.NUM_FLAGS,
   )
-  scalars, _ = ppo_lib._episode_metrics(rollout, accepted, exp)
+  scalars = ppo_lib.episode_metrics(rollout, accepted, exp).scalars
   assert scalars["reward/pass_a"] == scalars["reward/pass_ab"] == 1.0
   # Stage 1 rejects the second by an enforced rule flag, the third by the
   # classifier's score.
@@ -268,10 +250,27 @@ def test_episode_metrics_count_stage1_rejected_episodes_as_unsolved():
     stage1_score=np.asarray([0.0, 0.0, 0.99], np.float32),
     total=np.asarray([1.0, 0.0, 0.0], np.float32),
   )
-  scalars, hists = ppo_lib._episode_metrics(rollout, rejected, exp)
+  metrics = ppo_lib.episode_metrics(rollout, rejected, exp)
+  scalars, hists = metrics.scalars, metrics.histograms
   assert scalars["reward/pass_a"] == pytest.approx(1 / 3)
   assert scalars["reward/pass_ab"] == pytest.approx(1 / 3)
   assert scalars["reward/total_mean"] == pytest.approx(1 / 3)
   assert scalars["length/passing_turns"] == 1.0
   assert scalars["length/failing_turns"] == 2.5
   assert hists["length/failing_tokens"].tolist() == [20.0, 30.0]
+
+
+def test_an_update_makes_only_explicit_transfers(learner, params):
+  """The batch goes to the devices once, by `device_put`, and back by get."""
+  sft_params, ref_params = params
+  states = learner.initial_states(sft_params, jax.random.key(1))
+  batch, total = _rollout([0.0] * (BATCH - 1) + [1.0])
+  # Placed as SFT leaves them: sharded like the actor.
+  learner.ref_params = jax.device_put(ref_params, learner.shardings[0].params)
+  rng = jax.random.key(3)
+  with jax.transfer_guard("disallow"):
+    (actor, critic), metrics = learner.update(
+      states, batch, total, 0, rng, metrics_lib.PhaseTimer()
+    )
+  assert metrics["policy/actor_trained"] == 1.0
+  assert np.isfinite(metrics["loss/policy"])

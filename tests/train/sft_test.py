@@ -7,6 +7,7 @@ import pytest
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import sft as sft_lib
+from codeagent_rl.train import workdir as workdir_lib
 from configs import tiny
 
 
@@ -63,7 +64,7 @@ def test_interrupted_sft_resumes_and_equals_a_straight_run(tmp_path):
   with pytest.raises(Interrupt):
     sft_lib.run_sft(exp, arrays, workdir, mesh, rules, log_metrics=stop_at_5)
   config = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
-  with ckpt_lib.Checkpointer(workdir / sft_lib.SFT_DIR, config) as ckpt:
+  with ckpt_lib.Checkpointer(workdir / workdir_lib.SFT_DIR, config) as ckpt:
     assert ckpt.latest_step() == 4  # saved every 2 steps; 5 was not done
 
   seen = []
@@ -88,7 +89,7 @@ def test_a_checkpoint_past_sft_steps_is_an_error_and_is_kept(tmp_path):
   exp = _experiment(steps=4)
   mesh, rules = exp.make_mesh()
   sft_lib.run_sft(exp, arrays, tmp_path, mesh, rules)
-  sft_dir = tmp_path / sft_lib.SFT_DIR
+  sft_dir = tmp_path / workdir_lib.SFT_DIR
   assert sorted(p.name for p in sft_dir.iterdir()) == ["4"]
   before = _snapshot(sft_dir)
 
