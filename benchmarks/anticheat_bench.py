@@ -21,8 +21,9 @@ of synthetic tasks. For each trajectory, in one run:
   anticheat[b=1]     features + stages[b=1]: the per-trajectory cost.
 
 Means over the trajectories; "x sandbox" is a variant's mean divided by
-the sandbox's mean per trajectory on that backend. Target (the issue): the
-anti-cheat costs < 5% of the sandbox's time per trajectory.
+the sandbox's mean per trajectory on that backend. Target: the anti-cheat
+costs < 5% of the sandbox's time per trajectory: it judges every episode,
+so it should add little to what running the episode's code already costs.
 """
 
 from __future__ import annotations

@@ -36,10 +36,11 @@ the sandbox. "x host" is p50 divided by host_python3's p50 on the same job
 (< 1 is faster than a plain subprocess). Every output is checked; a wrong
 one fails the script after the table is printed and the JSON written.
 
-Targets (from the issue): gvisor_warm[1] p50 within 1.5x of host_python3 on
-the small job, and a cold `runsc run` per job at least 20x slower than
-gvisor_warm[1] at p50; both cold variants are checked against it. The same
-ratios are reported for gvisor_paced[1].
+Targets: gvisor_warm[1] p50 within 1.5x of host_python3 on the small job
+(isolation should cost a job little more than a plain subprocess), and a
+cold `runsc run` per job at least 20x slower than gvisor_warm[1] at p50
+(what keeping sandboxes warm saves per job); both cold variants are checked
+against it. The same ratios are reported for gvisor_paced[1].
 
 Floor: every job runs in a freshly forked process, and under gVisor's ptrace
 platform a fork of the interpreter is expensive. "floor" times, inside one

@@ -1,8 +1,8 @@
 """A bounded, deterministic repr of plain data that never raises.
 
-Standard library only and no project imports: both the sandbox's judge and
-the environments' observations use it, and the sandbox must not import
-`envs`.
+Standard library only and no project imports: both the judge's reasons
+(`tasks/judge.py`) and the environments' observations (`envs/protocol.py`)
+use it, and `tasks` must not import `envs`, the layer above it.
 
 `plain_repr(value, max_chars)` is Python's `repr` with three changes:
 

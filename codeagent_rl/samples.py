@@ -10,8 +10,8 @@ agent saw after each action: one per trajectory action, null where there was
 none). Other keys are ignored (the main job's files add `"mode"`). Blank
 lines are skipped. `python -m codeagent_rl.grade` grades such files; the
 main job writes its final evaluation's episodes as one
-(`eval_final_samples.jsonl`), and `anticheat/train_classifier.py` learns
-from a model's solved ones.
+(`eval_final_samples.jsonl`), and `anticheat/corpus/train_classifier.py`
+learns from a model's solved ones.
 """
 
 from __future__ import annotations

@@ -176,9 +176,10 @@ def get_monitor_config() -> ml_collections.ConfigDict:
   monitors.osc_ratio = 3.0
   # Large up-down (or down-up) reversals in osc_window that fire the alarm.
   monitors.osc_min_reversals = 4
-  # Share of episodes flagged by stage 1 in one iteration above which the
-  # alarm fires; 2% as the anti-cheat issue asks (also the most honest
-  # episodes stage 1 may flag).
+  # Share of episodes stage 1 rejects in one iteration above which the
+  # alarm fires: 2%, the most honest episodes stage 1 may reject, so an
+  # honest policy stays under it (tests/anticheat/corpus/hacks_test.py
+  # holds the honest corpus to it).
   monitors.flag_rate_max = 0.02
   # Widening of mean(suite_a - suite_b) above the first window that counts
   # as overfitting the hidden tests.

@@ -12,9 +12,9 @@ stage 1 already replaced (rejected) is kept as stage 1 left it: a penalty is
 never undone and never applied twice.
 
 Run it after stage 1. Suite B is held out and generated independently of
-suite A (tasks/synthetic.py, tasks/augment.py), so a solution fitted to the
-hidden tests rarely passes it. A task without suite B has suite_b 0 in
-`code_env.rewards`; pass suite_b 1 for such tasks
+suite A (tasks/synthetic.py, tasks/suite_b/augment.py), so a solution
+fitted to the hidden tests rarely passes it. A task without suite B has
+suite_b 0 in `code_env.rewards`; pass suite_b 1 for such tasks
 (`pipeline.rewards_from_outcomes` does) when stage 2 should not reject them.
 """
 

@@ -5,10 +5,10 @@ generates for every live episode at once (one `decode` through the KV cache;
 finished episodes get a budget of 0 and cost nothing), the environment sends
 the turn's sandbox jobs to the pool concurrently (`CodeEnv.step_many`), and
 the observations are appended to the live conversations by incremental
-prefill. The result is the trajectory batch of DESIGN.md:
+prefill. The result is a `types.TrajectoryBatch`, one row per episode:
 
-  prompt (turn 0, not trainable) | action 1 (turn 1, trainable) |
-  observation 1 (turn 1, not trainable) | action 2 (turn 2) | ... | padding
+  prompt (not trainable) | action 1 (trainable) |
+  observation 1 (not trainable) | action 2 (trainable) | ... | padding
 
 The final observation of an episode that ends (by `<submit>` or a budget) is
 not appended: no policy token follows it. A `<submit>` always ends its

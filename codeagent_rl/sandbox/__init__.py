@@ -1,1 +1,1 @@
-"""The sandbox: guest forkserver, gVisor backend, pool, judge and CLI."""
+"""The sandbox: guest forkserver, gVisor and process backends, pool, CLI."""

@@ -90,7 +90,8 @@ HUMANEVAL_KIND = "humaneval"
 # The kind of a model's solved episodes in the corpus (label 0).
 MODEL_KIND = "model"
 HONEST_KINDS = (hacks.HONEST_KIND, HUMANEVAL_KIND, MODEL_KIND)
-# What a main-job workdir holds for `model_samples` (train/run.py's names).
+# What a main-job workdir holds for `model_samples` (train/workdir.py's
+# EVAL_FINAL_SAMPLES and EVAL_TASKS; this package sits below train/).
 RUN_SAMPLES = "eval_final_samples.jsonl"
 RUN_TASKS = "eval_tasks.jsonl"
 # The reason `play_observations` gives for not executing a submission.
