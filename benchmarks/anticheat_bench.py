@@ -53,15 +53,20 @@ from codeagent_rl.sandbox import harness
 from codeagent_rl.tasks import judge
 from configs import common
 
-_OUT = flags.DEFINE_string(
-  "out",
-  "benchmarks/results/anticheat_bench.json",
-  "Where to write the results (JSON); with --quick only if set explicitly.",
-)
-_QUICK = flags.DEFINE_bool("quick", False, "Fewer trajectories (smoke run).")
-_BACKENDS = flags.DEFINE_list(
-  "backends", ["gvisor", "process"], "Sandbox backends to time."
-)
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_string(
+    "out",
+    "benchmarks/results/anticheat_bench.json",
+    "Where to write the results (JSON); with --quick only if set explicitly.",
+  )
+  flags.DEFINE_bool("quick", False, "Fewer trajectories (smoke run).")
+  flags.DEFINE_list(
+    "backends", ["gvisor", "process"], "Sandbox backends to time."
+  )
+
+
 TARGET = 0.05
 SANDBOX = sandbox_config.SandboxConfig(
   backend="gvisor", pool_size=1, timeout_s=4.0, test_timeout_s=1.0
@@ -117,11 +122,11 @@ def main(argv: list[str]) -> None:
   jax.config.update("jax_platforms", "cpu")
   cfg = config_lib.AntiCheatConfig.from_config(common.get_anticheat_config())
   params = pipeline.load_params(cfg.weights_path)
-  samples = _trajectories(_QUICK.value)
+  samples = _trajectories(flags.FLAGS.quick)
   load_start = os.getloadavg()[0]
 
   sandbox_s, results = {}, None
-  for backend in _BACKENDS.value:
+  for backend in flags.FLAGS.backends:
     config = dataclasses.replace(SANDBOX, backend=backend)
     with harness.SandboxPool(config) as pool:
       _time_sandbox(pool, samples[:3])  # warm up
@@ -177,8 +182,8 @@ def main(argv: list[str]) -> None:
       f"target: anticheat[b=1] < {TARGET:.0%} of sandbox[{b}]:"
       f" {'met' if ok else 'NOT met'} ({ratios[('anticheat[b=1]', b)]:.2%})"
     )
-  out = _OUT.value
-  if _QUICK.value and not flags.FLAGS["out"].present:
+  out = flags.FLAGS.out
+  if flags.FLAGS.quick and not flags.FLAGS["out"].present:
     return
   record = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -203,4 +208,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

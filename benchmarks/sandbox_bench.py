@@ -73,31 +73,35 @@ from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
 
-_ROUNDS = flags.DEFINE_integer(
-  "rounds", 8, "Interleaved rounds; every variant runs once per round."
-)
-_JOBS_PER_ROUND = flags.DEFINE_integer(
-  "jobs_per_round", 12, "Jobs per variant and round (warm and host)."
-)
-_COLD_PER_ROUND = flags.DEFINE_integer(
-  "cold_per_round", 2, "Jobs per cold variant and round (each ~0.5-1 s)."
-)
-_SIZES = flags.DEFINE_list("sizes", ["1", "2", "4"], "Warm pool sizes.")
-_QUICK = flags.DEFINE_bool(
-  "quick", False, "2 rounds of 3 jobs (1 cold): a smoke check."
-)
-_OUT = flags.DEFINE_string(
-  "out",
-  "benchmarks/results/sandbox_bench.json",
-  "JSON file for the results. With --quick it is written only when this"
-  " flag is given explicitly.",
-)
-_PACE_MS = flags.DEFINE_float(
-  "pace_ms", 100.0, "Idle time between the jobs of gvisor_paced[1]."
-)
-_PYTHON = flags.DEFINE_string(
-  "python", "/usr/bin/python3", "Interpreter of every variant."
-)
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_integer(
+    "rounds", 8, "Interleaved rounds; every variant runs once per round."
+  )
+  flags.DEFINE_integer(
+    "jobs_per_round", 12, "Jobs per variant and round (warm and host)."
+  )
+  flags.DEFINE_integer(
+    "cold_per_round", 2, "Jobs per cold variant and round (each ~0.5-1 s)."
+  )
+  flags.DEFINE_list("sizes", ["1", "2", "4"], "Warm pool sizes.")
+  flags.DEFINE_bool(
+    "quick", False, "2 rounds of 3 jobs (1 cold): a smoke check."
+  )
+  flags.DEFINE_string(
+    "out",
+    "benchmarks/results/sandbox_bench.json",
+    "JSON file for the results. With --quick it is written only when this"
+    " flag is given explicitly.",
+  )
+  flags.DEFINE_float(
+    "pace_ms", 100.0, "Idle time between the jobs of gvisor_paced[1]."
+  )
+  flags.DEFINE_string(
+    "python", "/usr/bin/python3", "Interpreter of every variant."
+  )
+
 
 SMALL_CODE = "def add(a, b):\n  return a + b\n"
 CPU_CODE = """
@@ -462,17 +466,21 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   rounds, per_round, cold_per_round = (
     (2, 3, 1)
-    if _QUICK.value
-    else (_ROUNDS.value, _JOBS_PER_ROUND.value, _COLD_PER_ROUND.value)
+    if flags.FLAGS.quick
+    else (
+      flags.FLAGS.rounds,
+      flags.FLAGS.jobs_per_round,
+      flags.FLAGS.cold_per_round,
+    )
   )
-  python = _PYTHON.value
+  python = flags.FLAGS.python
   info = machine_info(python)
   print(
     f"{info['runsc']}, {info['sandbox_python']}, {info['cpu_count']} CPUs,"
     f" load average {info['load_average_start'][0]:.2f};"
     f" {rounds} rounds x {per_round} jobs ({cold_per_round} cold)"
   )
-  sizes = [int(s) for s in _SIZES.value]
+  sizes = [int(s) for s in flags.FLAGS.sizes]
   variants: list[Variant] = [
     HostVariant(python),
     RunscRunVariant(python),
@@ -482,7 +490,7 @@ def main(argv: list[str]) -> None:
     for backend in ("gvisor", "process"):
       for size in sizes:
         variants.append(PoolVariant(backend, size, python))
-    variants.append(PoolVariant("gvisor", 1, python, _PACE_MS.value / 1e3))
+    variants.append(PoolVariant("gvisor", 1, python, flags.FLAGS.pace_ms / 1e3))
     for v in variants:  # one untimed job each: imports, first fork
       for job in JOB_SPECS:
         v.run_one(job)
@@ -492,7 +500,7 @@ def main(argv: list[str]) -> None:
           cold = isinstance(v, ColdVariant | RunscRunVariant)
           count = cold_per_round if cold else per_round
           v.batch(job, count * (v.clients if v.clients > 1 else 1))
-    forks = fork_floor(variants[1].launcher, 10 if _QUICK.value else 40)
+    forks = fork_floor(variants[1].launcher, 10 if flags.FLAGS.quick else 40)
   finally:
     for v in variants:
       v.close()
@@ -546,10 +554,10 @@ def main(argv: list[str]) -> None:
   )
   print(f"load average at the end: {info['load_average_end'][0]:.2f}")
 
-  if _QUICK.value and not flags.FLAGS["out"].present:
+  if flags.FLAGS.quick and not flags.FLAGS["out"].present:
     print("--quick: not writing JSON; pass --out to keep the results.")
   else:
-    out = pathlib.Path(_OUT.value)
+    out = pathlib.Path(flags.FLAGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {
       "machine": info,
@@ -558,7 +566,7 @@ def main(argv: list[str]) -> None:
         "jobs_per_round": per_round,
         "cold_per_round": cold_per_round,
         "sizes": sizes,
-        "pace_ms": _PACE_MS.value,
+        "pace_ms": flags.FLAGS.pace_ms,
       },
       "rows": rows,
       "targets": goals,
@@ -572,4 +580,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -65,21 +65,24 @@ from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 from configs import common
 
-_HUMANEVAL = flags.DEFINE_string(
-  "humaneval_tasks", None, "HumanEval tasks (JSONL)."
-)
-_LABEL = flags.DEFINE_string(
-  "label", "after", "Key of this run in the JSON (e.g. before, after)."
-)
-_OUT = flags.DEFINE_string(
-  "out",
-  "benchmarks/results/stage1_rejections_bench.json",
-  "Results JSON (one entry per --label); with --quick only if set.",
-)
-_QUICK = flags.DEFINE_bool("quick", False, "2 tasks per family (smoke run).")
-_EXECUTE = flags.DEFINE_bool(
-  "execute", True, "Also run HumanEval's canonical solutions (runtime flags)."
-)
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_string("humaneval_tasks", None, "HumanEval tasks (JSONL).")
+  flags.DEFINE_string(
+    "label", "after", "Key of this run in the JSON (e.g. before, after)."
+  )
+  flags.DEFINE_string(
+    "out",
+    "benchmarks/results/stage1_rejections_bench.json",
+    "Results JSON (one entry per --label); with --quick only if set.",
+  )
+  flags.DEFINE_bool("quick", False, "2 tasks per family (smoke run).")
+  flags.DEFINE_bool(
+    "execute", True, "Also run HumanEval's canonical solutions (runtime flags)."
+  )
+
+
 # The corpus train_classifier evaluates on (its defaults).
 TASKS_PER_FAMILY = 6
 SEED = 0
@@ -293,24 +296,27 @@ def main(argv: list[str]) -> None:
   """Measures, prints the table, merges the JSON entry of --label."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if not _HUMANEVAL.value:
+  if not flags.FLAGS.humaneval_tasks:
     raise app.UsageError("--humaneval_tasks is required.")
   jax.config.update("jax_platforms", "cpu")
-  result = measure(_HUMANEVAL.value, _QUICK.value, _EXECUTE.value)
+  result = measure(
+    flags.FLAGS.humaneval_tasks, flags.FLAGS.quick, flags.FLAGS.execute
+  )
   _print(result)
-  if _QUICK.value and not flags.FLAGS["out"].present:
+  if flags.FLAGS.quick and not flags.FLAGS["out"].present:
     return
-  path = pathlib.Path(_OUT.value)
+  path = pathlib.Path(flags.FLAGS.out)
   record = json.loads(path.read_text()) if path.exists() else {}
-  record[_LABEL.value] = {
+  record[flags.FLAGS.label] = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
     **result,
   }
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(json.dumps(record, indent=1) + "\n")
-  print(f"wrote {path} [{_LABEL.value}]")
+  print(f"wrote {path} [{flags.FLAGS.label}]")
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -69,23 +69,27 @@ MODELS = {
   ),
 }
 
-_REPEATS = flags.DEFINE_integer(
-  "repeats", 3, "Timed steps per model; the median is reported.", lower_bound=1
-)
-_BATCH = flags.DEFINE_integer("batch", 8, "Rows per step (B).", lower_bound=1)
-_LENGTH = flags.DEFINE_integer(
-  "length", 128, "Tokens per row (T).", lower_bound=2
-)
-_QUICK = flags.DEFINE_bool(
-  "quick", False, "Only the smoke model, 1 timed step (checks the script)."
-)
-_OUT = flags.DEFINE_string(
-  "out",
-  "benchmarks/results/train_step_bench.json",
-  "JSON file for the results. With --quick it is written only when this"
-  " flag is given explicitly.",
-)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of params and tokens.")
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_integer(
+    "repeats",
+    3,
+    "Timed steps per model; the median is reported.",
+    lower_bound=1,
+  )
+  flags.DEFINE_integer("batch", 8, "Rows per step (B).", lower_bound=1)
+  flags.DEFINE_integer("length", 128, "Tokens per row (T).", lower_bound=2)
+  flags.DEFINE_bool(
+    "quick", False, "Only the smoke model, 1 timed step (checks the script)."
+  )
+  flags.DEFINE_string(
+    "out",
+    "benchmarks/results/train_step_bench.json",
+    "JSON file for the results. With --quick it is written only when this"
+    " flag is given explicitly.",
+  )
+  flags.DEFINE_integer("seed", 0, "Seed of params and tokens.")
 
 
 def model_config(name: str) -> transformer.TransformerConfig:
@@ -150,11 +154,11 @@ def bench_model(name: str, repeats: int) -> dict:
   optim_cfg = state.OptimConfig.from_config(root.optim)
   mesh = mesh_lib.make_mesh(mesh_cfg)
   rules = mesh_cfg.rules
-  b, t = _BATCH.value, _LENGTH.value
+  b, t = flags.FLAGS.batch, flags.FLAGS.length
 
   start = time.perf_counter()
   actor, critic = state.create_train_states(
-    cfg, optim_cfg, mesh, rules, jax.random.key(_SEED.value)
+    cfg, optim_cfg, mesh, rules, jax.random.key(flags.FLAGS.seed)
   )
   jax.block_until_ready((actor, critic))
   init_s = time.perf_counter() - start
@@ -168,7 +172,7 @@ def bench_model(name: str, repeats: int) -> dict:
     out_shardings=(actor_sh, critic_sh, sharding.replicated(mesh)),
     donate_argnums=(0, 1),
   )
-  rng = np.random.default_rng(_SEED.value)
+  rng = np.random.default_rng(flags.FLAGS.seed)
   batch = sharding.shard_batch(
     {
       "tokens": rng.integers(0, cfg.vocab_size, (b, t)).astype(np.int32),
@@ -263,8 +267,8 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   info = machine_info()
-  repeats = 1 if _QUICK.value else _REPEATS.value
-  names = ["smoke"] if _QUICK.value else list(MODELS)
+  repeats = 1 if flags.FLAGS.quick else flags.FLAGS.repeats
+  names = ["smoke"] if flags.FLAGS.quick else list(MODELS)
   print(
     f"jax {info['jax_version']} on {info['backend']} ({info['device_kind']}"
     f" x{info['device_count']}), {info['cpu_count']} CPUs, load"
@@ -273,19 +277,19 @@ def main(argv: list[str]) -> None:
   rows = [bench_model(name, repeats) for name in names]
   print(format_table(rows))
 
-  if _QUICK.value and not flags.FLAGS["out"].present:
+  if flags.FLAGS.quick and not flags.FLAGS["out"].present:
     print("--quick: not writing JSON; pass --out to keep the results.")
     return
-  out = pathlib.Path(_OUT.value)
+  out = pathlib.Path(flags.FLAGS.out)
   out.parent.mkdir(parents=True, exist_ok=True)
   result = {
     "machine": info,
     "settings": {
-      "quick": _QUICK.value,
+      "quick": flags.FLAGS.quick,
       "repeats": repeats,
-      "batch": _BATCH.value,
-      "length": _LENGTH.value,
-      "seed": _SEED.value,
+      "batch": flags.FLAGS.batch,
+      "length": flags.FLAGS.length,
+      "seed": flags.FLAGS.seed,
       "mesh": "configs/common.py defaults (all devices on data)",
     },
     "flops_formula": (
@@ -299,4 +303,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

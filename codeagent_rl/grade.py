@@ -94,49 +94,58 @@ from codeagent_rl.sandbox import jobs
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
-_TASKS = flags.DEFINE_string("tasks", None, "JSONL task file.")
-_SAMPLES = flags.DEFINE_string(
-  "samples", None, 'JSONL samples: {"task_id", "completion"} per line.'
-)
-_OUT = flags.DEFINE_string("out", None, "JSONL results, one line per sample.")
-_CODE_FILE = flags.DEFINE_string(
-  "code_file",
-  None,
-  "Grade this one solution (Python source) against --task_id instead of"
-  " --samples; prints its grade as one JSON object.",
-)
-_TASK_ID = flags.DEFINE_string(
-  "task_id", None, "With --code_file: the task of --tasks to grade against."
-)
-_BACKEND = flags.DEFINE_enum(
-  "backend",
-  None,
-  config_lib.BACKENDS,
-  "Sandbox backend; short for --sandbox_backend (default: gvisor).",
-)
-_CONFIG = config_flags.DEFINE_config_file(
-  "config",
-  None,
-  "Experiment config whose `anticheat` section runs stage 1 and stage 2 on"
-  " every sample (default: configs/common.py get_anticheat_config()).",
-)
 # "default": the anti-cheat section of --config, or of configs/common.py.
 ANTICHEAT_DEFAULT = "default"
 # "none": no anti-cheat; the reward is the raw suite-A pass fraction.
 ANTICHEAT_NONE = "none"
-_ANTICHEAT = flags.DEFINE_enum(
-  "anticheat",
-  ANTICHEAT_DEFAULT,
-  (ANTICHEAT_DEFAULT, ANTICHEAT_NONE),
-  "default: the trainer's anti-cheat and reward (the `anticheat` section of"
-  " --config, or of configs/common.py); none: no anti-cheat, the reward is"
-  " the suite-A pass fraction (not with --config).",
-)
 # The summary's `anticheat` without --config: where the section comes from.
 COMMON_SOURCE = "configs/common.py"
-_PROGRESS_EVERY_S = flags.DEFINE_float(
-  "progress_every_s", 10.0, "Seconds between progress lines on stderr."
-)
+
+
+def define_flags() -> None:
+  """Registers the program's flags, the sandbox's included."""
+  flags.DEFINE_string("tasks", None, "JSONL task file.")
+  flags.DEFINE_string(
+    "samples", None, 'JSONL samples: {"task_id", "completion"} per line.'
+  )
+  flags.DEFINE_string("out", None, "JSONL results, one line per sample.")
+  flags.DEFINE_string(
+    "code_file",
+    None,
+    "Grade this one solution (Python source) against --task_id instead of"
+    " --samples; prints its grade as one JSON object.",
+  )
+  flags.DEFINE_string(
+    "task_id", None, "With --code_file: the task of --tasks to grade against."
+  )
+  flags.DEFINE_enum(
+    "backend",
+    None,
+    config_lib.BACKENDS,
+    "Sandbox backend; short for --sandbox_backend (default: gvisor).",
+  )
+  config_flags.DEFINE_config_file(
+    "config",
+    None,
+    "Experiment config whose `anticheat` section runs stage 1 and stage 2 on"
+    " every sample (default: configs/common.py get_anticheat_config()) and"
+    " whose `sandbox` section sets the job limits (default: the"
+    " --sandbox_* limit flags).",
+  )
+  flags.DEFINE_enum(
+    "anticheat",
+    ANTICHEAT_DEFAULT,
+    (ANTICHEAT_DEFAULT, ANTICHEAT_NONE),
+    "default: the trainer's anti-cheat and reward (the `anticheat` section of"
+    " --config, or of configs/common.py); none: no anti-cheat, the reward is"
+    " the suite-A pass fraction (not with --config).",
+  )
+  flags.DEFINE_float(
+    "progress_every_s", 10.0, "Seconds between progress lines on stderr."
+  )
+  harness.define_flags(limits=True)
+  flags.mark_flags_as_required(["tasks"])
+
 
 # pass@k is reported for these k (where every graded task has n >= k).
 PASS_AT_K = (1, 5, 10)
@@ -387,16 +396,34 @@ class _Progress:
 
 
 def _sandbox_config(**overrides) -> config_lib.SandboxConfig:
-  """The sandbox of the flags (`--backend` applied); stops on a bad value."""
+  """The sandbox of the flags (`--backend` applied); stops on a bad value.
+
+  The job limits are `--config`'s `sandbox` section when it has one (those
+  the trainer's rewards were measured under), else the limit flags.
+  """
+  config = flags.FLAGS.config
+  limits = None
   try:
-    return harness.config_from_cli_flags(_BACKEND.value, **overrides)
+    if config is not None and "sandbox" in config:
+      given = [
+        f"--{n}" for n in harness.LIMIT_FLAG_NAMES if flags.FLAGS[n].present
+      ]
+      if given:
+        raise app.UsageError(
+          f"{', '.join(given)}: with --config the job limits are its"
+          " `sandbox` section; set --config.sandbox.<field> instead."
+        )
+      limits = config_lib.SandboxLimits.from_config(config.sandbox)
+    return harness.config_from_cli_flags(
+      flags.FLAGS.backend, limits, **overrides
+    )
   except ValueError as e:
     sys.exit(str(e))
 
 
 def _check_anticheat_flags() -> None:
   """Rejects --config together with --anticheat=none."""
-  if _CONFIG.value is not None and _ANTICHEAT.value == ANTICHEAT_NONE:
+  if flags.FLAGS.config is not None and flags.FLAGS.anticheat == ANTICHEAT_NONE:
     raise app.UsageError(
       "--config and --anticheat=none contradict each other: --config's"
       " `anticheat` section turns the anti-cheat on. Drop --config to grade"
@@ -430,9 +457,9 @@ def _anticheat() -> tuple[pipeline.AntiCheat | None, str]:
     configs/common.py's section and `COMMON_SOURCE`, or (None, "none") for
     `--anticheat=none`.
   """
-  if _ANTICHEAT.value == ANTICHEAT_NONE:
+  if flags.FLAGS.anticheat == ANTICHEAT_NONE:
     return None, ANTICHEAT_NONE
-  config = _CONFIG.value
+  config = flags.FLAGS.config
   if config is None:
     section, source = _common_section(), COMMON_SOURCE
   elif "anticheat" not in config:
@@ -454,7 +481,7 @@ def _anticheat() -> tuple[pipeline.AntiCheat | None, str]:
 def _read_tasks() -> dict[str, schema.Task]:
   """task_id -> task of `--tasks`; stops with the file and line of a problem."""
   try:
-    return {t.task_id: t for t in schema.read_tasks(_TASKS.value)}
+    return {t.task_id: t for t in schema.read_tasks(flags.FLAGS.tasks)}
   except (OSError, schema.TaskFormatError) as e:
     sys.exit(f"--tasks: {e}")
 
@@ -471,25 +498,27 @@ def _grade_one_solution() -> None:
       f"{', '.join(given)}: not with --code_file, which grades one solution"
       " without the anti-cheat; drop them, or grade --samples instead."
     )
-  if _TASK_ID.value is None:
+  if flags.FLAGS.task_id is None:
     raise app.UsageError("--code_file needs --task_id: the task to grade.")
   try:
-    with open(_CODE_FILE.value, encoding="utf-8") as f:
+    with open(flags.FLAGS.code_file, encoding="utf-8") as f:
       code = f.read()
   except OSError as e:
     raise app.UsageError(
-      f"--code_file={_CODE_FILE.value}: cannot read: {e}"
+      f"--code_file={flags.FLAGS.code_file}: cannot read: {e}"
     ) from None
   tasks = _read_tasks()
-  if _TASK_ID.value not in tasks:
-    sys.exit(f"--task_id={_TASK_ID.value!r} is not in {_TASKS.value}.")
+  if flags.FLAGS.task_id not in tasks:
+    sys.exit(
+      f"--task_id={flags.FLAGS.task_id!r} is not in {flags.FLAGS.tasks}."
+    )
   config = _sandbox_config(pool_size=1)
   try:
     pool = harness.SandboxPool(config)
   except gvisor.SetupError as e:
     sys.exit(str(e))
   with pool:
-    graded = judge.grade(pool, tasks[_TASK_ID.value], code)
+    graded = judge.grade(pool, tasks[flags.FLAGS.task_id], code)
   print(json.dumps(graded.to_json()))
 
 
@@ -497,10 +526,10 @@ def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.grade`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if _CODE_FILE.value is not None:
+  if flags.FLAGS.code_file is not None:
     _grade_one_solution()
     return
-  if _TASK_ID.value is not None:
+  if flags.FLAGS.task_id is not None:
     raise app.UsageError("--task_id goes with --code_file (one solution).")
   missing = [n for n in ("samples", "out") if flags.FLAGS[n].value is None]
   if missing:
@@ -514,7 +543,7 @@ def main(argv: list[str]) -> None:
   config = _sandbox_config()
   tasks = _read_tasks()
   try:
-    samples = read_samples(_SAMPLES.value, tasks)
+    samples = read_samples(flags.FLAGS.samples, tasks)
   except (OSError, SampleFormatError) as e:
     sys.exit(f"--samples: {e}")
   anticheat, anticheat_source = _anticheat()
@@ -527,7 +556,7 @@ def main(argv: list[str]) -> None:
   )
   start = time.monotonic()
   try:
-    out = open(_OUT.value, "w", encoding="utf-8")
+    out = open(flags.FLAGS.out, "w", encoding="utf-8")
   except OSError as e:
     sys.exit(f"--out: {e}")
   try:
@@ -541,13 +570,13 @@ def main(argv: list[str]) -> None:
       tasks,
       samples,
       out,
-      progress=_Progress(_PROGRESS_EVERY_S.value),
+      progress=_Progress(flags.FLAGS.progress_every_s),
       anticheat=anticheat,
     )
   summary = summarize(lines)
   summary["anticheat"] = anticheat_source
   summary["elapsed_s"] = round(time.monotonic() - start, 3)
-  summary["out"] = _OUT.value
+  summary["out"] = flags.FLAGS.out
   for name in ("suite_a", "suite_a_and_b"):
     scores = ", ".join(f"{k} {v:.4f}" for k, v in summary[name].items())
     print(f"{name}: {scores or 'no samples'}")
@@ -555,5 +584,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["tasks"])
+  define_flags()
   app.run(main)

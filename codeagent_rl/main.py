@@ -4,9 +4,11 @@ r"""The main job: SFT, then PPO with a critic, on pure sandbox rewards.
 
 `--config` is an ml_collections config file (with an optional preset after
 a colon, e.g. `configs/tiny.py:smoke`); single fields are overridden with
-`--config.ppo.iterations=10`. The sandbox is configured by the `--sandbox_*`
-and `--runsc_*` flags (codeagent_rl/sandbox/harness.py). Running the same
-command again with the same `--workdir` resumes.
+`--config.ppo.iterations=10`. The limits of a job in the sandbox are the
+config's `sandbox` section (`--config.sandbox.timeout_s=20`); the machine's
+sandbox settings are the `--sandbox_*` and `--runsc_*` flags
+(codeagent_rl/sandbox/harness.py). Running the same command again with the
+same `--workdir` resumes.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from codeagent_rl.train import eval_job
 from codeagent_rl.train import experiment
 from codeagent_rl.train import run
 
-_CONFIG = config_flags.DEFINE_config_file(
-  "config", None, "Experiment config file, e.g. configs/tiny.py."
-)
-_WORKDIR = flags.DEFINE_string(
-  "workdir", None, "Directory for checkpoints, metrics and the summary."
-)
+
+def define_flags() -> None:
+  """Registers the program's flags: --config, --workdir, the sandbox's."""
+  config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file, e.g. configs/tiny.py."
+  )
+  flags.DEFINE_string(
+    "workdir", None, "Directory for checkpoints, metrics and the summary."
+  )
+  harness.define_flags()
+  flags.mark_flags_as_required(["config", "workdir"])
 
 
 def _innermost_text(error: BaseException) -> str:
@@ -71,14 +78,13 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logs.quiet_library_logs()
-  config = _CONFIG.value
   try:  # bad values stop here, naming the field, before anything starts
-    job = run.job_from_config(config)
-    sandbox = harness.config_from_flags()
+    job = run.job_from_config(flags.FLAGS.config)
+    sandbox = harness.config_from_flags(job.exp.sandbox)
   except ValueError as e:
     sys.exit(f"error: {e}")
   try:
-    run.run_job(job, _WORKDIR.value, sandbox)
+    run.run_job(job, flags.FLAGS.workdir, sandbox)
   except experiment.SetupError as e:
     sys.exit(f"error: {e}")
   except (gvisor.SetupError, eval_job.CheckpointNotFoundError) as e:
@@ -86,5 +92,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "workdir"])
+  define_flags()
   app.run(main, flags_parser=_parse_flags)

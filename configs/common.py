@@ -5,6 +5,8 @@ Experiment files in `configs/` build on these and override single fields.
 
 import ml_collections
 
+from codeagent_rl.sandbox import config as sandbox_config
+
 
 def get_rl_config() -> ml_collections.ConfigDict:
   """The `rl` section: advantage estimation, PPO losses, KL to the reference."""
@@ -228,3 +230,34 @@ def get_anticheat_config() -> ml_collections.ConfigDict:
   # codeagent_rl/anticheat/weights/stage1.json.
   anticheat.classifier_weights = ""
   return anticheat
+
+
+def get_sandbox_config() -> ml_collections.ConfigDict:
+  """The `sandbox` section: the limits of a job, which define the reward.
+
+  Every submission and `<run>` of the policy runs under these limits, so
+  they decide which programs pass; they are saved with the run's
+  config.json. The machine's settings (backend, pool size, runsc) are
+  flags. Values: `SandboxConfig`'s defaults (codeagent_rl/sandbox/
+  config.py), which the tools that run no experiment use too.
+  """
+  d = sandbox_config.SandboxConfig()
+  sandbox = ml_collections.ConfigDict()
+  # Wall-clock limit of one job (all its tests), seconds.
+  sandbox.timeout_s = d.timeout_s
+  # Wall-clock limit of one test (a call, or a run of a stdio program).
+  sandbox.test_timeout_s = d.test_timeout_s
+  # Memory of one job, all its processes together, MiB.
+  sandbox.memory_mb = d.memory_mb
+  # Processes (and threads) a job may have at once; each gets an address
+  # space of memory_mb / max_processes.
+  sandbox.max_processes = d.max_processes
+  # Cap on a job's stdout, stderr and returned data, each, bytes.
+  sandbox.max_output_bytes = d.max_output_bytes
+  # Largest file a job may write, MiB (RLIMIT_FSIZE).
+  sandbox.max_file_mb = d.max_file_mb
+  # Open files of a job process (RLIMIT_NOFILE).
+  sandbox.max_open_files = d.max_open_files
+  # Size of the scratch tmpfs that holds a job's working directory, MiB.
+  sandbox.scratch_mb = d.scratch_mb
+  return sandbox

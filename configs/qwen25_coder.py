@@ -91,5 +91,7 @@ def get_qwen25_coder_config(
   config.optim = common.get_optim_config()
   # Checkpoints; defaults in configs/common.py.
   config.checkpoint = common.get_checkpoint_config()
+  # The limits of a job in the sandbox; defaults in configs/common.py.
+  config.sandbox = common.get_sandbox_config()
   config.lock()
   return config

@@ -106,6 +106,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.anticheat = common.get_anticheat_config()
   # Reward-hacking alarms over the metrics; defaults in configs/common.py.
   config.monitors = common.get_monitor_config()
+  # The limits of a job in the sandbox; defaults in configs/common.py.
+  config.sandbox = common.get_sandbox_config()
   config.lock()
   return config
 

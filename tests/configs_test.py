@@ -11,6 +11,7 @@ from codeagent_rl.parallel import checkpoint
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import state
 from codeagent_rl.rl import config as rl_config
+from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.train import experiment
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
@@ -24,6 +25,7 @@ SECTIONS = {
   "mesh": mesh_lib.MeshConfig,
   "optim": state.OptimConfig,
   "checkpoint": checkpoint.CheckpointConfig,
+  "sandbox": sandbox_config.SandboxLimits,
 }
 
 
@@ -34,7 +36,7 @@ def test_there_are_experiment_configs():
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_has_the_training_sections(name):
   config = importlib.import_module(f"configs.{name}").get_config()
-  for section in ("rl", "model", "mesh", "optim", "checkpoint"):
+  for section in ("rl", "model", "mesh", "optim", "checkpoint", "sandbox"):
     assert section in config, f"configs/{name}.py has no {section!r}"
 
 

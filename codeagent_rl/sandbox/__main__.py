@@ -5,4 +5,5 @@ from absl import app
 from codeagent_rl.sandbox import cli
 
 if __name__ == "__main__":
+  cli.define_flags()
   app.run(cli.main)

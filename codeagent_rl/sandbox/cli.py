@@ -27,16 +27,20 @@ from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
 
-_CODE_FILE = flags.DEFINE_string("code_file", None, "The program to run.")
-_STDIN_FILE = flags.DEFINE_string(
-  "stdin_file", None, "Stdin of the program (default: empty)."
-)
-_TIMEOUT_S = flags.DEFINE_float(
-  "timeout_s",
-  None,
-  "Job time limit in seconds (default: --sandbox_timeout_s). A single"
-  " program run gets it as its per-test limit too.",
-)
+
+def define_flags() -> None:
+  """Registers the program's flags, the sandbox's (limits included)."""
+  flags.DEFINE_string("code_file", None, "The program to run.")
+  flags.DEFINE_string(
+    "stdin_file", None, "Stdin of the program (default: empty)."
+  )
+  flags.DEFINE_float(
+    "timeout_s",
+    None,
+    "Job time limit in seconds (default: --sandbox_timeout_s). A single"
+    " program run gets it as its per-test limit too.",
+  )
+  harness.define_flags(limits=True)
 
 
 def _read(path: str, what: str) -> str:
@@ -49,7 +53,7 @@ def _read(path: str, what: str) -> str:
 
 def run_program(pool: harness.SandboxPool, code: str, stdin: str) -> dict:
   """Runs `code` once; the CLI's JSON object for it."""
-  timeout = _TIMEOUT_S.value
+  timeout = flags.FLAGS.timeout_s
   job = jobs.Job.program(
     code,
     [stdin],
@@ -66,11 +70,13 @@ def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.sandbox`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if _CODE_FILE.value is None:
+  if flags.FLAGS.code_file is None:
     raise app.UsageError("--code_file is required.")
-  code = _read(_CODE_FILE.value, "code_file")
+  code = _read(flags.FLAGS.code_file, "code_file")
   stdin = (
-    "" if _STDIN_FILE.value is None else _read(_STDIN_FILE.value, "stdin_file")
+    ""
+    if flags.FLAGS.stdin_file is None
+    else _read(flags.FLAGS.stdin_file, "stdin_file")
   )
   try:
     config = harness.config_from_flags(pool_size=1)

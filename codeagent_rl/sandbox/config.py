@@ -1,7 +1,16 @@
-"""The sandbox settings as one frozen, self-validating dataclass.
+"""The sandbox settings as frozen, self-validating dataclasses.
 
-The defaults live here only: `harness.py` defines its absl flags with these
-defaults and converts the parsed flags with `harness.config_from_flags()`.
+`SandboxConfig` holds every setting, and the defaults, once. They are of
+two kinds:
+
+- the limits of a job (`LIMIT_FIELDS`: time, memory, processes, output,
+  files). They decide which programs pass, so they define the reward: an
+  experiment holds them in its `config.sandbox` section (`SandboxLimits`),
+  saved with the run's config.json;
+- facts of the machine (backend, pool size, runsc, interpreter): absl
+  flags that `harness.define_flags()` registers and
+  `harness.config_from_flags()` reads.
+
 Library code and tests build a `SandboxConfig` directly.
 """
 
@@ -10,22 +19,30 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from codeagent_rl import config_utils
+
 BACKENDS = ("gvisor", "process")
 PLATFORMS = ("ptrace", "kvm", "systrap")
-# The command-line flag of each field that has one (error messages name it).
+# The command-line flag of each machine setting (error messages name it).
 FLAG_NAMES = {
   "backend": "sandbox_backend",
   "pool_size": "sandbox_pool_size",
-  "timeout_s": "sandbox_timeout_s",
-  "test_timeout_s": "sandbox_test_timeout_s",
-  "memory_mb": "sandbox_memory_mb",
-  "max_processes": "sandbox_max_processes",
-  "max_output_bytes": "sandbox_max_output_bytes",
   "recycle_after": "sandbox_recycle_after",
   "runsc_path": "runsc_path",
   "runsc_platform": "runsc_platform",
   "python": "sandbox_python",
 }
+# The limits of a job: an experiment's `config.sandbox` (`SandboxLimits`).
+LIMIT_FIELDS = (
+  "timeout_s",
+  "test_timeout_s",
+  "memory_mb",
+  "max_processes",
+  "max_output_bytes",
+  "max_file_mb",
+  "max_open_files",
+  "scratch_mb",
+)
 # Smallest address space a job process may get: the forked interpreter
 # alone maps about 30 MiB.
 MIN_PROCESS_MEMORY_MB = 64
@@ -40,6 +57,8 @@ SANDBOX_BASE_MB = 256
 
 
 def _name(field: str) -> str:
+  if field in LIMIT_FIELDS:
+    return f"config.sandbox.{field}"
   flag = FLAG_NAMES.get(field)
   return f"--{flag}" if flag else f"SandboxConfig.{field}"
 
@@ -161,3 +180,39 @@ class SandboxConfig:
     kernel = self.max_open_files * KERNEL_MB_PER_FILE
     job = self.memory_mb + self.max_processes * kernel
     return (2 * job + self.scratch_mb + SANDBOX_BASE_MB) << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+  """The limits of a job: an experiment's `config.sandbox` section.
+
+  The fields are `LIMIT_FIELDS`, as `SandboxConfig` documents them; the
+  values are checked as `SandboxConfig` checks them (a bad one names
+  `config.sandbox.<field>`).
+  """
+
+  timeout_s: float
+  test_timeout_s: float
+  memory_mb: int
+  max_processes: int
+  max_output_bytes: int
+  max_file_mb: int
+  max_open_files: int
+  scratch_mb: int
+
+  def __post_init__(self):
+    self.apply(SandboxConfig())
+
+  @classmethod
+  def from_config(cls, section) -> SandboxLimits:
+    """From an experiment's `config.sandbox` (ValueError names a field)."""
+    return config_utils.from_section(cls, section, "sandbox")
+
+  @classmethod
+  def of(cls, config: SandboxConfig) -> SandboxLimits:
+    """The limits `config` holds; of `SandboxConfig()`, the defaults."""
+    return cls(**{name: getattr(config, name) for name in LIMIT_FIELDS})
+
+  def apply(self, machine: SandboxConfig) -> SandboxConfig:
+    """`machine`'s settings with these limits (ValueError: a bad value)."""
+    return dataclasses.replace(machine, **dataclasses.asdict(self))

@@ -120,11 +120,12 @@ def check_host_memory(
     return
   raise HostMemoryError(
     f"{config.pool_size} sandboxes (--sandbox_pool_size) may hold"
-    f" {config.oci_memory_bytes >> 20} MiB each (twice"
-    f" --sandbox_memory_mb={config.memory_mb}, plus kernel buffers, scratch"
-    f" and the sandbox's own processes), {need >> 20} MiB in all, but the"
-    f" host has {available >> 20} MiB available. Lower --sandbox_pool_size"
-    " or --sandbox_memory_mb."
+    f" {config.oci_memory_bytes >> 20} MiB each (twice a job's memory,"
+    f" memory_mb={config.memory_mb}, plus kernel buffers, scratch and the"
+    f" sandbox's own processes), {need >> 20} MiB in all, but the host has"
+    f" {available >> 20} MiB available. Lower --sandbox_pool_size, or the"
+    " job memory: --config.sandbox.memory_mb (--sandbox_memory_mb for the"
+    " tools that run no experiment)."
   )
 
 

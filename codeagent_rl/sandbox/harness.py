@@ -1,5 +1,6 @@
 """`SandboxPool`: N warm sandboxes behind a thread-safe `submit`, and flags.
 
+  harness.define_flags()                        # in a CLI's define_flags
   config = harness.config_from_flags()          # or SandboxConfig(...)
   with harness.SandboxPool(config) as pool:
     result = pool.submit(jobs.Job.function(code, "f", inputs)).result()
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 import concurrent.futures
+import dataclasses
 import itertools
 import logging
 import queue
@@ -36,61 +38,107 @@ from codeagent_rl.sandbox import worker
 
 _D = config_lib.SandboxConfig()
 
-_BACKEND = flags.DEFINE_enum(
-  "sandbox_backend",
-  _D.backend,
-  config_lib.BACKENDS,
-  "gvisor: each worker owns a warm gVisor (runsc) sandbox. process: plain"
-  " subprocesses with rlimits only, for machines without gVisor (no"
-  " isolation of files, network or processes; prints a warning).",
+# (field, flag, kind, help) of the machine's settings: every CLI that runs
+# a sandbox has them.
+_MACHINE_FLAGS = (
+  (
+    "backend",
+    "sandbox_backend",
+    config_lib.BACKENDS,
+    "gvisor: each worker owns a warm gVisor (runsc) sandbox. process: plain"
+    " subprocesses with rlimits only, for machines without gVisor (no"
+    " isolation of files, network or processes; prints a warning).",
+  ),
+  ("pool_size", "sandbox_pool_size", int, "Warm sandboxes (parallel jobs)."),
+  (
+    "recycle_after",
+    "sandbox_recycle_after",
+    int,
+    "Replace a sandbox after this many jobs.",
+  ),
+  ("runsc_path", "runsc_path", str, "The gVisor runsc binary (name or path)."),
+  (
+    "runsc_platform",
+    "runsc_platform",
+    config_lib.PLATFORMS,
+    "gVisor platform; ptrace works everywhere (kvm hung where measured).",
+  ),
+  (
+    "python",
+    "sandbox_python",
+    str,
+    "Interpreter bound into the sandbox (and run by the process backend).",
+  ),
 )
-_POOL_SIZE = flags.DEFINE_integer(
-  "sandbox_pool_size", _D.pool_size, "Warm sandboxes (parallel jobs)."
+# (field, flag, kind, help) of a job's limits, for the tools that run no
+# experiment (an experiment's limits are its config.sandbox section).
+_LIMIT_FLAGS = (
+  ("timeout_s", "sandbox_timeout_s", float, "Wall-clock limit of one job."),
+  (
+    "test_timeout_s",
+    "sandbox_test_timeout_s",
+    float,
+    "Wall-clock limit of one test within a job.",
+  ),
+  (
+    "memory_mb",
+    "sandbox_memory_mb",
+    int,
+    "Memory of one job, all its processes together, in MiB: each process"
+    " gets an address space (RLIMIT_AS) of memory / --sandbox_max_processes.",
+  ),
+  (
+    "max_processes",
+    "sandbox_max_processes",
+    int,
+    "Processes (and threads) one job may have at once.",
+  ),
+  (
+    "max_output_bytes",
+    "sandbox_max_output_bytes",
+    int,
+    "Cap on a job's stdout, stderr and returned data (each); past it the job"
+    " is killed with status output_limit.",
+  ),
 )
-_TIMEOUT_S = flags.DEFINE_float(
-  "sandbox_timeout_s", _D.timeout_s, "Wall-clock limit of one job."
-)
-_TEST_TIMEOUT_S = flags.DEFINE_float(
-  "sandbox_test_timeout_s",
-  _D.test_timeout_s,
-  "Wall-clock limit of one test within a job.",
-)
-_MEMORY_MB = flags.DEFINE_integer(
-  "sandbox_memory_mb",
-  _D.memory_mb,
-  "Memory of one job, all its processes together, in MiB: each process"
-  " gets an address space (RLIMIT_AS) of memory / --sandbox_max_processes.",
-)
-_MAX_PROCESSES = flags.DEFINE_integer(
-  "sandbox_max_processes",
-  _D.max_processes,
-  "Processes (and threads) one job may have at once.",
-)
-_MAX_OUTPUT_BYTES = flags.DEFINE_integer(
-  "sandbox_max_output_bytes",
-  _D.max_output_bytes,
-  "Cap on a job's stdout, stderr and returned data (each); past it the job"
-  " is killed with status output_limit.",
-)
-_RECYCLE_AFTER = flags.DEFINE_integer(
-  "sandbox_recycle_after",
-  _D.recycle_after,
-  "Replace a sandbox after this many jobs.",
-)
-_RUNSC_PATH = flags.DEFINE_string(
-  "runsc_path", _D.runsc_path, "The gVisor runsc binary (name or path)."
-)
-_RUNSC_PLATFORM = flags.DEFINE_enum(
-  "runsc_platform",
-  _D.runsc_platform,
-  config_lib.PLATFORMS,
-  "gVisor platform; ptrace works everywhere (kvm hung where measured).",
-)
-_PYTHON = flags.DEFINE_string(
-  "sandbox_python",
-  _D.python,
-  "Interpreter bound into the sandbox (and run by the process backend).",
-)
+
+# The flags of a job's limits (`define_flags(limits=True)`).
+LIMIT_FLAG_NAMES = tuple(name for _, name, *_ in _LIMIT_FLAGS)
+
+
+def _define(field, name, kind, help_text, flag_values) -> None:
+  default = getattr(_D, field)
+  if name in flag_values:  # defined by an earlier call
+    return
+  if isinstance(kind, tuple):
+    flags.DEFINE_enum(name, default, kind, help_text, flag_values=flag_values)
+  elif kind is int:
+    flags.DEFINE_integer(name, default, help_text, flag_values=flag_values)
+  elif kind is float:
+    flags.DEFINE_float(name, default, help_text, flag_values=flag_values)
+  else:
+    flags.DEFINE_string(name, default, help_text, flag_values=flag_values)
+
+
+def define_flags(
+  *, limits: bool = False, flag_values: flags.FlagValues = flags.FLAGS
+) -> None:
+  """Registers the sandbox's flags (a CLI's `define_flags` calls it).
+
+  Nothing is registered at import, so a program defines only the flags it
+  reads. Calling it again is harmless.
+
+  Args:
+    limits: also the job-limit flags (`--sandbox_timeout_s`, ...), for tools
+      that run no experiment; an experiment's limits are its config.
+    flag_values: where to register them.
+  """
+  for spec in _MACHINE_FLAGS:
+    _define(*spec, flag_values)
+  if limits:
+    for spec in _LIMIT_FLAGS:
+      _define(*spec, flag_values)
+
 
 PROCESS_BACKEND_WARNING = """
 ************************************************************************
@@ -103,37 +151,61 @@ code you would not run yourself. Install gVisor: apt-get install -y runsc
 """
 
 
-def config_from_flags(**overrides) -> config_lib.SandboxConfig:
-  """The `SandboxConfig` of the parsed absl flags (ValueError names a flag).
+def config_from_flags(
+  limits: config_lib.SandboxLimits | None = None,
+  *,
+  flag_values: flags.FlagValues = flags.FLAGS,
+  **overrides,
+) -> config_lib.SandboxConfig:
+  """The `SandboxConfig` of the parsed flags (`define_flags`).
 
   Args:
+    limits: the job limits (an experiment's `config.sandbox`); without them,
+      the limit flags if they are defined, else the defaults.
+    flag_values: the parsed flags.
     **overrides: fields to set regardless of the flags (e.g. pool_size=1).
+
+  Raises:
+    ValueError: a bad value, naming its flag (or config field).
   """
+  if "sandbox_backend" not in flag_values:
+    raise RuntimeError(
+      "harness.config_from_flags: the sandbox flags are not defined; call"
+      " harness.define_flags() before parsing the flags."
+    )
   values = {
-    "backend": _BACKEND.value,
-    "pool_size": _POOL_SIZE.value,
-    "timeout_s": _TIMEOUT_S.value,
-    "test_timeout_s": _TEST_TIMEOUT_S.value,
-    "memory_mb": _MEMORY_MB.value,
-    "max_processes": _MAX_PROCESSES.value,
-    "max_output_bytes": _MAX_OUTPUT_BYTES.value,
-    "recycle_after": _RECYCLE_AFTER.value,
-    "runsc_path": _RUNSC_PATH.value,
-    "runsc_platform": _RUNSC_PLATFORM.value,
-    "python": _PYTHON.value,
+    field: flag_values[name].value for field, name, *_ in _MACHINE_FLAGS
   }
+  from_flags = limits is None and "sandbox_timeout_s" in flag_values
+  if limits is not None:
+    values.update(dataclasses.asdict(limits))
+  elif from_flags:
+    values.update(
+      {field: flag_values[name].value for field, name, *_ in _LIMIT_FLAGS}
+    )
   values.update(overrides)
-  return config_lib.SandboxConfig(**values)
+  try:
+    return config_lib.SandboxConfig(**values)
+  except ValueError as e:
+    if not from_flags:
+      raise
+    message = str(e)
+    for field, name, *_ in _LIMIT_FLAGS:
+      message = message.replace(f"config.sandbox.{field}=", f"--{name}=")
+    raise ValueError(message) from None
 
 
 def config_from_cli_flags(
-  backend: str | None, **overrides
+  backend: str | None,
+  limits: config_lib.SandboxLimits | None = None,
+  **overrides,
 ) -> config_lib.SandboxConfig:
   """`config_from_flags` for a CLI whose `--backend` is short for the flag.
 
   Args:
     backend: the CLI's `--backend` value (None: not given, so
       `--sandbox_backend` decides).
+    limits: as for `config_from_flags`.
     **overrides: fields to set regardless of the flags (e.g. pool_size=1).
 
   Raises:
@@ -149,7 +221,7 @@ def config_from_cli_flags(
         f" --sandbox_backend={sandbox_flag.value}."
       )
     overrides["backend"] = backend
-  return config_from_flags(**overrides)
+  return config_from_flags(limits, **overrides)
 
 
 def make_launcher(config: config_lib.SandboxConfig):

@@ -779,8 +779,8 @@ def body_completion(problem: dict, body: str) -> str:
 # --- Command line -------------------------------------------------------------
 
 
-def _define_flags() -> None:
-  """Flags exist only when this module is the program (no import clashes)."""
+def define_flags() -> None:
+  """Registers the program's flags, the sandbox's included."""
   flags.DEFINE_string("out", None, "Where to write the tasks (JSONL).")
   flags.DEFINE_enum(
     "backend",
@@ -792,6 +792,7 @@ def _define_flags() -> None:
   flags.DEFINE_list(
     "task_ids", None, "Problems to convert, e.g. HumanEval/0 (default: all)."
   )
+  harness.define_flags(limits=True)
   flags.mark_flags_as_required(["out"])
 
 
@@ -829,5 +830,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  _define_flags()
+  define_flags()
   app.run(main)

@@ -541,8 +541,8 @@ def generate(
 # --- Command line -------------------------------------------------------------
 
 
-def _define_flags():
-  """Flags exist only when this module is the program (no import clashes)."""
+def define_flags():
+  """Registers the program's flags (it runs no sandbox)."""
   flags.DEFINE_enum("split", None, list(SPLITS), "Which split to generate.")
   flags.DEFINE_integer("num_tasks", None, "How many tasks.")
   flags.DEFINE_integer("seed", None, "Random seed (config default if unset).")
@@ -594,5 +594,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  _define_flags()
+  define_flags()
   app.run(main)

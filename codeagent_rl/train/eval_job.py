@@ -257,9 +257,11 @@ def evaluate_checkpoint(
     he_cfg: the job's settings (`validate_config`).
     exp: the experiment of the run evaluated (`validate_config`).
     workdir: that run's workdir; the result is written there.
-    sandbox: the sandbox pool's settings.
+    sandbox: the machine's sandbox settings; the job limits are the run's
+      (`exp.sandbox`), those its rewards were measured under.
     console: where the result lines go.
   """
+  sandbox = exp.sandbox.apply(sandbox)
   workdir = pathlib.Path(workdir)
   mesh, rules = exp.make_mesh()
   params, what = restore_actor_params(

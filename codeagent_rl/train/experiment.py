@@ -22,6 +22,7 @@ from codeagent_rl.parallel import checkpoint
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rl import config as rl_config
+from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.train import config as train_config
 
 # Sections of a trainer config and the dataclass that validates each.
@@ -38,6 +39,7 @@ _SECTIONS = {
   "eval": train_config.EvalConfig,
   "anticheat": anticheat_config.AntiCheatConfig,
   "monitors": monitors.MonitorConfig,
+  "sandbox": sandbox_config.SandboxLimits,
 }
 
 
@@ -68,6 +70,7 @@ class Experiment:
   eval: train_config.EvalConfig
   anticheat: anticheat_config.AntiCheatConfig
   monitors: monitors.MonitorConfig
+  sandbox: sandbox_config.SandboxLimits
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Experiment:

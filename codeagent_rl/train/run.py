@@ -155,7 +155,8 @@ def train_and_evaluate(
   Args:
     exp: a validated experiment (`job_from_config(config).exp`).
     workdir: the run directory (created if missing).
-    sandbox: the sandbox pool's settings.
+    sandbox: the machine's sandbox settings (backend, pool size, runsc);
+      the job limits are the experiment's (`exp.sandbox`).
     stop: a `ppo.Stop` to end PPO early (tests; SIGTERM sets one too).
     iterations: run PPO only up to this many iterations (tests).
     console: where progress lines and the summary go.
@@ -164,6 +165,7 @@ def train_and_evaluate(
     The summary: pass@1 of the SFT model and the final one, paths, times.
   """
   start = time.perf_counter()
+  sandbox = exp.sandbox.apply(sandbox)
   paths = workdir_lib.Workdir(workdir)
   done_before = _latest_step(paths.checkpoints) or 0  # SFT leaves it alone
   _check_checkpoints(paths, exp.sft.steps, done_before)

@@ -39,21 +39,26 @@ def pool(request):
   [
     ("backend", "docker", "--sandbox_backend='docker'"),
     ("pool_size", 0, "--sandbox_pool_size=0"),
-    ("timeout_s", -1.0, "--sandbox_timeout_s=-1.0"),
-    ("test_timeout_s", 0, "--sandbox_test_timeout_s=0"),
-    ("memory_mb", 16, "--sandbox_memory_mb=16"),
-    ("max_output_bytes", 10, "--sandbox_max_output_bytes=10"),
+    ("timeout_s", -1.0, "config.sandbox.timeout_s=-1.0"),
+    ("test_timeout_s", 0, "config.sandbox.test_timeout_s=0"),
+    ("memory_mb", 16, "config.sandbox.memory_mb=16"),
+    ("max_output_bytes", 10, "config.sandbox.max_output_bytes=10"),
     ("recycle_after", 0, "--sandbox_recycle_after=0"),
     ("runsc_path", "", "--runsc_path=''"),
     ("runsc_platform", "xen", "--runsc_platform='xen'"),
     ("python", "python3", "--sandbox_python='python3'"),
-    ("max_processes", 0, "--sandbox_max_processes=0"),
-    ("memory_mb", 255, "--sandbox_memory_mb=255: must be an integer >= 256"),
-    ("max_file_mb", 0, "SandboxConfig.max_file_mb=0"),
+    ("max_processes", 0, "config.sandbox.max_processes=0"),
+    (
+      "memory_mb",
+      255,
+      "config.sandbox.memory_mb=255: must be an integer >= 256",
+    ),
+    ("max_file_mb", 0, "config.sandbox.max_file_mb=0"),
     ("pool_size", 1.5, "--sandbox_pool_size=1.5"),
   ],
 )
-def test_config_names_flag_and_value(field, value, fragment):
+def test_config_names_flag_or_config_field_and_value(field, value, fragment):
+  """Machine settings are flags; a job's limits are `config.sandbox`."""
   with pytest.raises(ValueError) as e:
     config_lib.SandboxConfig(**{field: value})
   assert str(e.value).startswith(fragment), str(e.value)
@@ -88,7 +93,8 @@ def test_pool_backstops_must_fit_in_the_host(pool_size, fits):
   with pytest.raises(gvisor.HostMemoryError) as e:
     gvisor.check_host_memory(config, available)
   message = str(e.value)
-  assert "--sandbox_pool_size" in message and "--sandbox_memory_mb" in message
+  assert "--sandbox_pool_size" in message
+  assert "--config.sandbox.memory_mb" in message
   assert f"{available >> 20} MiB available" in message
 
 
@@ -99,6 +105,7 @@ def test_pool_refuses_more_memory_than_the_host_has():
 
 
 def test_config_from_flags():
+  harness.define_flags(limits=True)
   with flagsaver.flagsaver():
     flags.FLAGS(
       [
@@ -125,9 +132,53 @@ def test_config_from_flags():
     flags.FLAGS(["prog", "--sandbox_pool_size=0"])
     with pytest.raises(ValueError, match="--sandbox_pool_size=0"):
       harness.config_from_flags()
+  # A bad limit flag is named as the flag the user gave.
+  with flagsaver.flagsaver():
+    flags.FLAGS(["prog", "--sandbox_memory_mb=16"])
+    with pytest.raises(ValueError, match="^--sandbox_memory_mb=16: "):
+      harness.config_from_flags()
+
+
+def test_an_experiments_limits_replace_the_limit_flags():
+  harness.define_flags(limits=True)
+  limits = config_lib.SandboxLimits.of(
+    config_lib.SandboxConfig(timeout_s=3.0, memory_mb=512)
+  )
+  with flagsaver.flagsaver():
+    flags.FLAGS(["prog", "--sandbox_timeout_s=7.5", "--sandbox_pool_size=3"])
+    config = harness.config_from_flags(limits)
+  assert (config.timeout_s, config.memory_mb, config.pool_size) == (
+    3.0,
+    512,
+    3,
+  )
+
+
+def test_flags_are_defined_by_define_flags_only():
+  fresh = flags.FlagValues()
+  with pytest.raises(RuntimeError, match="harness.define_flags"):
+    harness.config_from_flags(flag_values=fresh)
+  harness.define_flags(flag_values=fresh)
+  harness.define_flags(flag_values=fresh)  # again: harmless
+  assert "sandbox_backend" in fresh and "sandbox_timeout_s" not in fresh
+  harness.define_flags(limits=True, flag_values=fresh)
+  assert "sandbox_timeout_s" in fresh
+  fresh(["prog", "--sandbox_timeout_s=5"])
+  assert harness.config_from_flags(flag_values=fresh).timeout_s == 5.0
+
+
+def test_limits_of_a_config_section_name_the_field():
+  section = dataclasses.asdict(
+    config_lib.SandboxLimits.of(config_lib.SandboxConfig())
+  )
+  with pytest.raises(ValueError, match="^config.sandbox.timeout_s=0: "):
+    config_lib.SandboxLimits.from_config({**section, "timeout_s": 0})
+  with pytest.raises(ValueError, match="missing fields"):
+    config_lib.SandboxLimits.from_config({"timeout_s": 1.0})
 
 
 def test_config_from_cli_flags_applies_the_short_backend_flag():
+  harness.define_flags()
   with flagsaver.flagsaver():
     flags.FLAGS(["prog", "--sandbox_pool_size=3"])
     assert harness.config_from_cli_flags(None).backend == "gvisor"

@@ -98,6 +98,14 @@ def _config(preset="smoke", **overrides):
   config.env.max_total_tokens = 512
   config.ppo.length_bucket = 512
   config.checkpoint.save_every = 1
+  # Small job limits (the train job applies its config's, whatever the
+  # SandboxConfig passed): the tiny model's programs are small.
+  config.sandbox.timeout_s = 4.0
+  config.sandbox.test_timeout_s = 1.0
+  config.sandbox.memory_mb = 256
+  config.sandbox.max_output_bytes = 64 << 10
+  config.sandbox.scratch_mb = 32
+  config.sandbox.max_file_mb = 8
   for key, value in overrides.items():
     section, field = key.split("__")
     node = config
@@ -340,6 +348,9 @@ def test_smoke_run_leaves_everything_in_the_workdir(runs):
   config = json.loads((workdir / "config.json").read_text())
   assert config["ppo"]["length_bucket"] == 512
   assert config["rl"]["advantage"]["estimator"] == "gae"
+  # The job limits that defined the rewards are saved with the run.
+  assert config["sandbox"]["memory_mb"] == 256
+  assert config["sandbox"]["timeout_s"] == 4.0
   assert (workdir / workdir_lib.SFT_DIR / "4").is_dir()  # sft.steps
   assert _latest_step(workdir) == (2, [1, 2])
   # metrics.jsonl: one line per iteration, with every promised key.

@@ -374,8 +374,8 @@ def evaluate(
   }
 
 
-def _define_flags() -> None:
-  """Flags exist only when this module is the program (no import clashes)."""
+def define_flags() -> None:
+  """Registers the program's flags, the sandbox's included."""
   flags.DEFINE_string("out", None, "Where to write the weights (JSON).")
   flags.DEFINE_string(
     "humaneval_tasks",
@@ -407,6 +407,7 @@ def _define_flags() -> None:
     400,
     "Cap on a run's observation while the trajectories are played.",
   )
+  harness.define_flags(limits=True)
   flags.mark_flags_as_required(["out", "humaneval_tasks"])
 
 
@@ -509,5 +510,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  _define_flags()
+  define_flags()
   app.run(main)
