@@ -819,3 +819,26 @@ def test_cli_task_id_needs_code_file(tmp_path):
   )
   assert proc.returncode != 0
   assert "--task_id goes with --code_file" in proc.stderr
+
+
+def test_cli_config_sets_the_job_limits_not_the_limit_flags(tmp_path):
+  """The limits that define the reward come from --config, not beside it."""
+  tasks, samples, out = _cli_files(
+    tmp_path, [{"task_id": "add", "completion": CORRECT}]
+  )
+  common = (
+    f"--tasks={tasks}",
+    f"--samples={samples}",
+    f"--out={out}",
+    "--backend=process",
+    "--config=configs/tiny.py:smoke",
+  )
+  proc = run_cli(*common, "--sandbox_timeout_s=1.5")
+  assert proc.returncode != 0
+  assert "--sandbox_timeout_s: with --config the job limits" in proc.stderr
+  assert not out.exists()
+  # The config's own section is checked and named.
+  proc = run_cli(*common, "--config.sandbox.memory_mb=16")
+  assert proc.returncode != 0
+  assert "config.sandbox.memory_mb=16: must be an integer" in proc.stderr
+  assert not out.exists()
