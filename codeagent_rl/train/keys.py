@@ -1,73 +1,86 @@
-"""Every random key of a run, derived from its seed in one place.
+"""Every random key of a run, derived from one root: `key(seed)`.
 
-The jobs ask this module for keys and never build one themselves: SFT
-(initialisation and steps), the SFT model's evaluation, PPO (the critic's
-initialisation, then per iteration the rollout, the update and the
-evaluation; per epoch the row permutation and per minibatch the step key)
-and the evaluation job.
+The root is split into named streams, one per job that draws randomness:
+
+  sft        the actor's initialisation, then SFT step k
+  sft_eval   the SFT model's held-out evaluation
+  ppo        the critic's initialisation, then PPO iteration k: its rollout,
+             update and evaluation; within the update, epoch e's row
+             permutation and each minibatch's step key
+  eval_job   the evaluation job (`config.job = "evaluate"`)
+
+Below a stream, indices (step, iteration, epoch, minibatch, sample) enter
+by `fold_in`, one level per index, never by arithmetic on them: two
+different index tuples never meet on one key, and every stream of one seed
+differs from every stream of another (tests/train/keys_test.py). A stream
+is the root folded with its position in `STREAMS`, so a stream added at the
+end leaves the keys of the others as they were.
 """
 
 from __future__ import annotations
 
 import jax
 
-# Where the PPO stream's initialisation key sits among the iteration keys.
-_PPO_INIT = 0x7FFFFFFF
+STREAMS = ("sft", "sft_eval", "ppo", "eval_job")
+
+
+def stream(seed: int, name: str) -> jax.Array:
+  """The key of stream `name` (one of `STREAMS`) of a run with `seed`."""
+  if name not in STREAMS:
+    raise ValueError(f"no key stream {name!r}; expected one of {STREAMS}.")
+  return jax.random.fold_in(jax.random.key(seed), STREAMS.index(name))
 
 
 def sft_init(seed: int) -> jax.Array:
   """Initialises the actor before SFT."""
-  return jax.random.fold_in(jax.random.key(seed), 0)
+  return jax.random.fold_in(stream(seed, "sft"), 0)
 
 
 def sft_step(seed: int, step: int) -> jax.Array:
   """The key of SFT step `step` (0-based)."""
-  del seed
-  return jax.random.key(step)
+  return jax.random.fold_in(jax.random.fold_in(stream(seed, "sft"), 1), step)
 
 
 def sft_eval(seed: int) -> jax.Array:
   """Samples the SFT model's held-out evaluation."""
-  return jax.random.key(seed + 2)
+  return stream(seed, "sft_eval")
 
 
 def eval_job(seed: int) -> jax.Array:
   """Samples the evaluation job (`config.job = "evaluate"`)."""
-  return jax.random.key(seed + 3)
+  return stream(seed, "eval_job")
 
 
 def ppo(seed: int) -> jax.Array:
   """The PPO stream: what the checkpoint stores as the run's key."""
-  return jax.random.key(seed + 1)
+  return stream(seed, "ppo")
 
 
 def ppo_init(seed: int) -> jax.Array:
   """Initialises the critic (and copies the actor) before PPO."""
-  return jax.random.fold_in(ppo(seed), _PPO_INIT)
+  return jax.random.fold_in(ppo(seed), 0)
 
 
 def ppo_iteration(seed: int, iteration: int) -> dict[str, jax.Array]:
   """Keys of PPO iteration `iteration`: "rollout", "update" and "eval"."""
-  it = jax.random.fold_in(ppo(seed), iteration)
-  return {
-    "rollout": jax.random.fold_in(it, 0),
-    "update": jax.random.fold_in(it, 1),
-    "eval": jax.random.fold_in(it, 2),
-  }
+  it = jax.random.fold_in(jax.random.fold_in(ppo(seed), 1), iteration)
+  rollout, update, evaluation = jax.random.split(it, 3)
+  return {"rollout": rollout, "update": update, "eval": evaluation}
 
 
 def epoch(update: jax.Array, epoch_index: jax.Array) -> jax.Array:
   """Permutes the rows in epoch `epoch_index` (traceable)."""
-  return jax.random.fold_in(update, epoch_index)
+  return jax.random.fold_in(jax.random.fold_in(update, 0), epoch_index)
 
 
 def minibatch(
   update: jax.Array, epoch_index: jax.Array, minibatch_index: jax.Array
 ) -> jax.Array:
   """The step key of one minibatch of one epoch (traceable)."""
-  return jax.random.fold_in(update, 1000 + epoch_index * 100 + minibatch_index)
+  per_epoch = jax.random.fold_in(jax.random.fold_in(update, 1), epoch_index)
+  return jax.random.fold_in(per_epoch, minibatch_index)
 
 
 def eval_sample(rng: jax.Array, sample: int, start: int) -> jax.Array:
   """Sample `sample` of the evaluation batch starting at task `start`."""
-  return jax.random.fold_in(rng, sample * 100_003 + start)
+  return jax.random.fold_in(jax.random.fold_in(rng, sample), start)
