@@ -9,30 +9,14 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
-from codeagent_rl.tasks import schema
+from tests.helpers import envs
 
-TASK = schema.Task(
-  task_id="add",
-  prompt="Add two numbers.",
-  entry_point="add",
-  kind="function",
-  visible_tests=({"args": [1, 2], "expected": 3},),
-  hidden_tests=({"args": [2, 2], "expected": 4},),
-  heldout_tests=({"args": [5, 7], "expected": 12},),
-  reference_solution="def add(a, b):\n  return a + b\n",
-  metadata={},
-)
+TASK = envs.add_task(hidden=[(2, 2)], heldout=[(5, 7)])
 
 
 def test_episode_lines_read_back(tmp_path):
   wrong = "def add(a, b):\n  return a - b\n"
-  budgets = code_env.EnvConfig(
-    max_turns=3,
-    max_tokens_per_turn=400,
-    max_total_tokens=4000,
-    max_wall_s=60.0,
-    obs_max_bytes=400,
-  )
+  budgets = envs.budgets(max_turns=3)
   config = sandbox_config.SandboxConfig(backend="process", pool_size=1)
   with harness.SandboxPool(config) as pool:
     env = code_env.CodeEnv(pool, tokenizer_lib.ByteTokenizer(), budgets)

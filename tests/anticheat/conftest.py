@@ -7,20 +7,11 @@ import pytest
 from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat.corpus import hacks
-from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
 from configs import common
+from tests.helpers import sandboxes
 
-SANDBOX = sandbox_config.SandboxConfig(
-  backend="process",
-  pool_size=2,
-  timeout_s=4.0,
-  test_timeout_s=1.0,
-  memory_mb=256,
-  max_output_bytes=64 << 10,
-  scratch_mb=32,
-  max_file_mb=8,
-)
+SANDBOX = sandboxes.short_config("process", 2, **sandboxes.SMALL_DISK)
 # Families with different argument and return types: int -> int, str ->
 # str, list -> int, (int, int) -> int, int -> str, str -> bool, list ->
 # list.

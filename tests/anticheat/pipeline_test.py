@@ -6,33 +6,18 @@ import pytest
 from codeagent_rl.anticheat import names
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import tokenizer as tokenizer_lib
-from codeagent_rl.tasks import schema
+from tests.helpers import envs
 
-_TASK = schema.Task(
-  task_id="add",
-  prompt="Add two numbers.",
-  entry_point="add",
-  kind="function",
-  visible_tests=({"args": [1, 2], "expected": 3},),
-  hidden_tests=tuple({"args": [a, 1], "expected": a + 1} for a in range(4)),
-  heldout_tests=tuple({"args": [a, 5], "expected": a + 5} for a in range(4)),
-  reference_solution="def add(a, b):\n  return a + b\n",
-  metadata={},
+_TASK = envs.add_task(
+  hidden=[(a, 1) for a in range(4)], heldout=[(a, 5) for a in range(4)]
 )
 
 
 def _episodes(pool, anticheat, submissions):
-  budgets = code_env.EnvConfig(
-    max_turns=2,
-    max_tokens_per_turn=400,
-    max_total_tokens=4000,
-    max_wall_s=60.0,
-    obs_max_bytes=400,
-  )
   env = code_env.CodeEnv(
     pool,
     tokenizer_lib.ByteTokenizer(),
-    budgets,
+    envs.budgets(max_turns=2),
     pre_submit=anticheat.pre_submit,
   )
   steps = env.step_many(

@@ -14,28 +14,15 @@ from codeagent_rl import types
 from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
-from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import schema
+from tests.helpers import envs
+from tests.helpers import sandboxes
 
 TOK = tokenizer_lib.ByteTokenizer()
-SANDBOX = config_lib.SandboxConfig(
-  backend="process",
-  pool_size=2,
-  timeout_s=4.0,
-  test_timeout_s=1.0,
-  memory_mb=256,
-  max_output_bytes=64 << 10,
-)
-BUDGETS = code_env.EnvConfig(
-  max_turns=5,
-  max_tokens_per_turn=400,
-  max_total_tokens=4000,
-  max_wall_s=60.0,
-  obs_max_bytes=400,
-)
+BUDGETS = envs.budgets(max_turns=5)
 
 # Labels: "even-4", "odd-7". Expected values are strings that no input or
 # scripted program contains, so a job that held one would show it.
@@ -110,15 +97,9 @@ class RecordingPool:
     return self.pool.submit(job)
 
 
-@pytest.fixture(scope="module")
-def pool():
-  with harness.SandboxPool(SANDBOX) as p:
-    yield p
-
-
 @pytest.fixture
-def recording(pool):
-  return RecordingPool(pool)
+def recording(module_pool):
+  return RecordingPool(module_pool)
 
 
 def _env(pool, **budgets):
@@ -164,8 +145,8 @@ def test_config_per_turn_within_total():
 # --- Episodes -----------------------------------------------------------------
 
 
-def test_reset(pool):
-  env = _env(pool)
+def test_reset(module_pool):
+  env = _env(module_pool)
   state = env.reset(_task())
   assert state.prompt_text == protocol.prompt_text(_task())
   assert list(state.prompt_ids) == protocol.prompt_ids(TOK, _task())
@@ -213,8 +194,8 @@ def test_run_then_submit_correct(recording):
     env.step(state, _submit(CORRECT))
 
 
-def test_hardcoded_visible_tests_fail_suite_a(pool):
-  env = _env(pool)
+def test_hardcoded_visible_tests_fail_suite_a(module_pool):
+  env = _env(module_pool)
   state = env.reset(_task())
   state, step = env.step(state, _run(HARDCODED))
   assert step.observation.body.startswith("tests: 2/2 passed\n")
@@ -239,7 +220,7 @@ def test_expected_values_never_reach_the_sandbox(recording):
     if "expected" in test
   ]
   for job in recording.jobs:
-    frame = wire.dumps(job.to_frame(1, SANDBOX))
+    frame = wire.dumps(job.to_frame(1, recording.config))
     assert CHECKER_SENTINEL not in frame
     assert '"expected' not in frame and '"checker' not in frame
     for secret in secrets:
@@ -252,8 +233,8 @@ def test_expected_values_never_reach_the_sandbox(recording):
   assert args == want
 
 
-def test_format_error_counts_as_a_turn(pool):
-  env = _env(pool, max_turns=2)
+def test_format_error_counts_as_a_turn(module_pool):
+  env = _env(module_pool, max_turns=2)
   state = env.reset(_task())
   text = "<run>print(1)"
   state, step = env.step(state, text)
@@ -273,8 +254,8 @@ def test_format_error_counts_as_a_turn(pool):
   assert state.final_code is None
 
 
-def test_max_turns_after_runs(pool):
-  env = _env(pool, max_turns=1)
+def test_max_turns_after_runs(module_pool):
+  env = _env(module_pool, max_turns=1)
   state = env.reset(_task())
   state, step = env.step(state, _run(CORRECT))
   assert step.done and step.truncated
@@ -283,8 +264,8 @@ def test_max_turns_after_runs(pool):
   assert step.observation.body.startswith("tests: 2/2 passed")
 
 
-def test_submit_on_last_turn_is_not_truncated(pool):
-  env = _env(pool, max_turns=1)
+def test_submit_on_last_turn_is_not_truncated(module_pool):
+  env = _env(module_pool, max_turns=1)
   state, step = env.step(env.reset(_task()), _submit(CORRECT))
   assert step.stop_reason == code_env.STOP_SUBMIT and not step.truncated
   assert step.outcome.suite_a == 1.0
@@ -369,8 +350,8 @@ def test_max_wall_s_during_a_run(recording):
   assert step.observation is not None
 
 
-def test_run_reports_errors_and_stdout(pool):
-  env = _env(pool)
+def test_run_reports_errors_and_stdout(module_pool):
+  env = _env(module_pool)
   state = env.reset(_task())
   code = (
     "def label(n):\n"
@@ -401,8 +382,8 @@ def test_run_reports_errors_and_stdout(pool):
   )
 
 
-def test_stdio_task_and_run_without_visible_tests(pool):
-  env = _env(pool)
+def test_stdio_task_and_run_without_visible_tests(module_pool):
+  env = _env(module_pool)
   state = env.reset(_stdio_task())
   buggy = "a, b = map(int, input().split())\nprint(a - b)\n"
   state, step = env.step(state, _run(buggy))
@@ -427,7 +408,7 @@ def test_stdio_task_and_run_without_visible_tests(pool):
   assert step.observation.body == "tests: none\nstdout:\nhi\n"
 
 
-def test_step_many_submits_every_job_before_waiting(pool):
+def test_step_many_submits_every_job_before_waiting(module_pool):
   events = []
   lock = threading.Lock()
 
@@ -446,7 +427,7 @@ def test_step_many_submits_every_job_before_waiting(pool):
       inner.add_done_callback(lambda f: mine.set_result(f.result()))
       return mine
 
-  env = _env(EventPool(pool))
+  env = _env(EventPool(module_pool))
   task = _task()
   states = [env.reset(task) for _ in range(4)]
   actions = [_run(CORRECT), _submit(CORRECT), "oops", _submit(HARDCODED)]
@@ -461,7 +442,7 @@ def test_step_many_submits_every_job_before_waiting(pool):
     env.step_many(states[:2], actions[:1])
 
 
-def test_sandbox_error_is_retried(pool):
+def test_sandbox_error_is_retried(module_pool):
   class FlakyPool(RecordingPool):
     def submit(self, job):
       self.jobs.append(job)
@@ -471,21 +452,21 @@ def test_sandbox_error_is_retried(pool):
         return future
       return self.pool.submit(job)
 
-  flaky = FlakyPool(pool)
+  flaky = FlakyPool(module_pool)
   env = _env(flaky)
   state, step = env.step(env.reset(_task()), _submit(CORRECT))
   assert len(flaky.jobs) == 2 and flaky.jobs[0] is flaky.jobs[1]
   assert step.outcome.suite_a == 1.0 and step.outcome.executed
   # Without retries the sandbox error is the outcome: not executed.
-  flaky = FlakyPool(pool)
+  flaky = FlakyPool(module_pool)
   env = code_env.CodeEnv(flaky, TOK, BUDGETS, sandbox_retries=0)
   state, step = env.step(env.reset(_task()), _submit(CORRECT))
   assert step.outcome.status == types.JobStatus.SANDBOX_ERROR
   assert not step.outcome.executed and step.outcome.suite_a == 0.0
 
 
-def test_rewards_from_outcomes(pool):
-  env = _env(pool)
+def test_rewards_from_outcomes(module_pool):
+  env = _env(module_pool)
   done = []
   for code in (CORRECT, HARDCODED):
     _, step = env.step(env.reset(_task()), _submit(code))
@@ -502,7 +483,7 @@ def test_rewards_from_outcomes(pool):
 
 
 def test_gvisor_episode():
-  config = dataclasses.replace(SANDBOX, backend="gvisor", pool_size=1)
+  config = sandboxes.short_config("gvisor", 1)
   with harness.SandboxPool(config) as gvisor_pool:
     recording = RecordingPool(gvisor_pool)
     env = _env(recording)

@@ -11,19 +11,9 @@ from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.models import transformer
 from codeagent_rl.rl import gae
 from codeagent_rl.rollout import agent_loop
-from codeagent_rl.sandbox import config as config_lib
-from codeagent_rl.sandbox import harness
 from codeagent_rl.tasks import schema
 
 TOK = tokenizer_lib.ByteTokenizer()
-SANDBOX = config_lib.SandboxConfig(
-  backend="process",
-  pool_size=2,
-  timeout_s=4.0,
-  test_timeout_s=1.0,
-  memory_mb=256,
-  max_output_bytes=64 << 10,
-)
 ENV = code_env.EnvConfig(
   max_turns=3,
   max_tokens_per_turn=120,
@@ -86,9 +76,8 @@ class ScriptedPolicy:
 
 
 @pytest.fixture(scope="module")
-def env():
-  with harness.SandboxPool(SANDBOX) as pool:
-    yield code_env.CodeEnv(pool, TOK, ENV)
+def env(module_pool):
+  return code_env.CodeEnv(module_pool, TOK, ENV)
 
 
 def test_masks_turns_and_reward_placement_exact(env):

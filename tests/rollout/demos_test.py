@@ -6,8 +6,6 @@ import pytest
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.rollout import demos
-from codeagent_rl.sandbox import config as config_lib
-from codeagent_rl.sandbox import harness
 from codeagent_rl.tasks import schema
 
 TOK = tokenizer_lib.ByteTokenizer()
@@ -38,17 +36,8 @@ def _task():
 
 
 @pytest.fixture(scope="module")
-def env():
-  sandbox = config_lib.SandboxConfig(
-    backend="process",
-    pool_size=2,
-    timeout_s=4.0,
-    test_timeout_s=1.0,
-    memory_mb=256,
-    max_output_bytes=64 << 10,
-  )
-  with harness.SandboxPool(sandbox) as pool:
-    yield code_env.CodeEnv(pool, TOK, ENV)
+def env(module_pool):
+  return code_env.CodeEnv(module_pool, TOK, ENV)
 
 
 def test_multi_turn_demo_carries_the_real_observation(env):

@@ -12,8 +12,8 @@ import secrets
 
 import pytest
 
-from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
+from tests.helpers import sandboxes
 
 # Set before any pool starts: a job must never see it (the pool passes an
 # empty environment to runsc, and the OCI spec has an empty env).
@@ -21,18 +21,9 @@ ENV_CANARY_NAME = "CODEAGENT_SANDBOX_TEST_CANARY"
 ENV_CANARY = "env-canary-" + secrets.token_hex(8)
 os.environ[ENV_CANARY_NAME] = ENV_CANARY
 
-# Short limits keep attack tests fast; they are still far above what the
-# benign jobs in these tests need.
-TEST_CONFIG = config_lib.SandboxConfig(
-  backend="gvisor",
-  pool_size=1,
-  timeout_s=4.0,
-  test_timeout_s=1.0,
-  memory_mb=256,
-  max_output_bytes=64 << 10,
-  scratch_mb=32,
-  max_file_mb=8,
-)
+# Short limits keep attack tests fast (see tests/helpers/sandboxes.py); one
+# worker, so that "the next job" runs where the attack ran.
+TEST_CONFIG = sandboxes.short_config("gvisor", 1, **sandboxes.SMALL_DISK)
 
 
 @pytest.fixture(scope="session")

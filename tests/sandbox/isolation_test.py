@@ -7,7 +7,6 @@ job filter (`sandbox/seccomp.py`); files live in per-job (and, for stdio
 jobs, per-run) scratch directories that the forkserver empties.
 """
 
-import glob
 import json
 import os
 import secrets
@@ -20,6 +19,7 @@ from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import seccomp
 from codeagent_rl.sandbox import worker
+from tests.helpers import sandboxes
 
 OK = types.JobStatus.OK
 NUMBERS = seccomp.syscall_numbers()
@@ -281,56 +281,6 @@ print(json.dumps(hits))
   assert hits == [], hits
 
 
-def cgroup_peak_bytes(container: str) -> int:
-  """The peak memory of a gVisor sandbox's cgroup (v1 or v2)."""
-  for path in (
-    f"/sys/fs/cgroup/memory/{container}/memory.max_usage_in_bytes",
-    *glob.glob(
-      f"/sys/fs/cgroup/memory/*/{container}/memory.max_usage_in_bytes"
-    ),
-    f"/sys/fs/cgroup/{container}/memory.peak",
-  ):
-    if os.path.exists(path):
-      with open(path) as f:
-        return int(f.read())
-  raise AssertionError(f"no memory cgroup of {container} found")
-
-
-# Forks every process the job may have; each fills what its address space
-# allows, and holds it until all have.
-MEMORY_HOG = """
-import json, os, time
-def fill():
-  got, blocks = 0, []
-  try:
-    while True:
-      block = bytearray(8 << 20)
-      for i in range(0, len(block), 4096):
-        block[i] = 1
-      blocks.append(block)
-      got += 8
-  except MemoryError:
-    pass
-  return got, blocks
-kids = []
-for _ in range({extra}):
-  try:
-    pid = os.fork()
-  except OSError:
-    break
-  if pid == 0:
-    got, blocks = fill()
-    time.sleep(1.5)
-    os._exit(min(got // 8, 255))
-  kids.append(pid)
-got, blocks = fill()
-totals = [got]
-for pid in kids:
-  totals.append(8 * os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-print(json.dumps(totals))
-"""
-
-
 def test_all_processes_of_a_job_share_its_memory():
   config = config_lib.SandboxConfig(
     pool_size=1,
@@ -340,9 +290,8 @@ def test_all_processes_of_a_job_share_its_memory():
     test_timeout_s=20.0,
   )
   with harness.SandboxPool(config) as pool:
-    result = pool.run(
-      jobs.Job.program(MEMORY_HOG.format(extra=config.max_processes - 1))
-    )
+    hog = sandboxes.MEMORY_HOG.format(extra=config.max_processes - 1)
+    result = pool.run(jobs.Job.program(hog))
     assert result.status == OK, result
     totals = json.loads(result.stdout)
     assert len(totals) == config.max_processes, totals
@@ -352,7 +301,9 @@ def test_all_processes_of_a_job_share_its_memory():
     assert sum(totals) <= config.memory_mb
     # What the host gave the sandbox: the job, a descriptor's worth of
     # kernel memory per process and the sandbox's own processes.
-    peak = cgroup_peak_bytes(result.sandbox) >> 20
+    peak = sandboxes.cgroup_peak_bytes(result.sandbox)
+    assert peak is not None, f"no memory cgroup of {result.sandbox} found"
+    peak >>= 20
     allowance = (
       config.memory_mb
       + config.max_processes

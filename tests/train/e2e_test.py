@@ -36,7 +36,6 @@ from codeagent_rl.anticheat import monitors
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import state as state_lib
-from codeagent_rl.sandbox import config as sandbox_config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
@@ -48,25 +47,10 @@ from codeagent_rl.train import run
 from codeagent_rl.train import workdir as workdir_lib
 from configs import eval_humaneval
 from configs import tiny
+from tests.helpers import sandboxes
 
-SANDBOX = sandbox_config_lib.SandboxConfig(
-  backend="process",
-  pool_size=2,
-  timeout_s=4.0,
-  test_timeout_s=1.0,
-  memory_mb=256,
-  max_output_bytes=64 << 10,
-)
-GVISOR = sandbox_config_lib.SandboxConfig(
-  backend="gvisor",
-  pool_size=2,
-  timeout_s=4.0,
-  test_timeout_s=1.0,
-  memory_mb=256,
-  max_output_bytes=64 << 10,
-  scratch_mb=32,
-  max_file_mb=8,
-)
+SANDBOX = sandboxes.short_config("process", 2)
+GVISOR = sandboxes.short_config("gvisor", 2, **sandboxes.SMALL_DISK)
 ITERATIONS = 4  # ppo.iterations of the test config
 HUMANEVAL_TASKS = 2  # humaneval.num_tasks of the test eval config
 # The metric names metrics.py promises (its docstring is the contract).

@@ -17,12 +17,12 @@ from codeagent_rl.rollout import agent_loop
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
 from codeagent_rl.status import JobStatus
-from codeagent_rl.tasks import schema
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
 from configs import common
 from configs import tiny
+from tests.helpers import envs
 
 SANDBOX = sandbox_config.SandboxConfig(
   backend="process", pool_size=2, timeout_s=4.0, test_timeout_s=1.0
@@ -172,20 +172,6 @@ def test_rejected_and_unrun_episodes_are_never_solved():
     eval_lib.episode_scalars(rollout, rejected[:-1])
 
 
-def _hardcoded_task() -> schema.Task:
-  return schema.Task(
-    task_id="add",
-    prompt="Add two numbers.",
-    entry_point="add",
-    kind="function",
-    visible_tests=({"args": [1, 2], "expected": 3},),
-    hidden_tests=tuple({"args": [a, 1], "expected": a + 1} for a in range(4)),
-    heldout_tests=tuple({"args": [a, 5], "expected": a + 5} for a in range(4)),
-    reference_solution="def add(a, b):\n  return a + b\n",
-    metadata={},
-  )
-
-
 def test_stage1_rejects_finished_episodes_that_passed_every_test():
   # As in the evaluation: no pre-submit gate, so both submissions run.
   correct = "def add(a, b):\n  return a + b\n"
@@ -195,14 +181,10 @@ def test_stage1_rejects_finished_episodes_that_passed_every_test():
   anticheat = pipeline.AntiCheat.from_config(
     anticheat_config.AntiCheatConfig.from_config(common.get_anticheat_config())
   )
-  budgets = code_env.EnvConfig(
-    max_turns=2,
-    max_tokens_per_turn=400,
-    max_total_tokens=4000,
-    max_wall_s=60.0,
-    obs_max_bytes=400,
+  budgets = envs.budgets(max_turns=2)
+  task = envs.add_task(
+    hidden=[(a, 1) for a in range(4)], heldout=[(a, 5) for a in range(4)]
   )
-  task = _hardcoded_task()
   with harness.SandboxPool(SANDBOX) as pool:
     env = code_env.CodeEnv(pool, tokenizer_lib.ByteTokenizer(), budgets)
     states = env.step_many(
