@@ -10,24 +10,9 @@ import pytest
 
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer as tf
+from tests.helpers import models
 
-CFG = tf.TransformerConfig(
-  vocab_size=40,
-  num_layers=2,
-  embed_dim=32,
-  num_heads=4,
-  num_kv_heads=2,
-  head_dim=8,
-  mlp_dim=48,
-  rope_theta=10000.0,
-  rms_eps=1e-6,
-  qkv_bias=False,
-  tie_embeddings=True,
-  dtype="float32",
-  param_dtype="float32",
-  remat="none",
-  init_std=0.5,
-)
+CFG = models.transformer_config(vocab_size=40, init_std=0.5)
 GREEDY = sampler_lib.SamplerConfig(
   temperature=0.0, top_k=0, top_p=1.0, max_new_tokens=6
 )

@@ -10,23 +10,10 @@ import numpy as np
 import pytest
 
 from codeagent_rl.models import transformer as tf
+from tests.helpers import models
 
-CFG = tf.TransformerConfig(
-  vocab_size=61,
-  num_layers=2,
-  embed_dim=32,
-  num_heads=4,
-  num_kv_heads=2,
-  head_dim=8,
-  mlp_dim=48,
-  rope_theta=10000.0,
-  rms_eps=1e-6,
-  qkv_bias=True,
-  tie_embeddings=False,
-  dtype="float32",
-  param_dtype="float32",
-  remat="none",
-  init_std=0.2,
+CFG = models.transformer_config(
+  vocab_size=61, init_std=0.2, qkv_bias=True, tie_embeddings=False
 )
 
 

@@ -12,6 +12,7 @@ from codeagent_rl.models import transformer
 from codeagent_rl.rl import gae
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.tasks import schema
+from tests.helpers import models
 
 TOK = tokenizer_lib.ByteTokenizer()
 ENV = code_env.EnvConfig(
@@ -176,22 +177,14 @@ def test_prompt_longer_than_budget_is_refused(env):
 
 
 def test_sampler_policy_drives_the_transformer(env):
-  cfg = transformer.TransformerConfig(
+  cfg = models.transformer_config(
     vocab_size=TOK.vocab_size,
+    init_std=0.02,
     num_layers=1,
-    embed_dim=32,
     num_heads=2,
     num_kv_heads=1,
     head_dim=16,
     mlp_dim=64,
-    rope_theta=10000.0,
-    rms_eps=1e-6,
-    qkv_bias=False,
-    tie_embeddings=True,
-    dtype="float32",
-    param_dtype="float32",
-    remat="none",
-    init_std=0.02,
   )
   actor = transformer.Actor(cfg)
   valid = jnp.ones((1, 4), bool)
