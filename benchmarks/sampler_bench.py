@@ -2,8 +2,8 @@ r"""Decode speed with the KV cache against recomputing the whole prefix.
 
 Run from the repository root:
 
-  python benchmarks/sampler_bench.py
-  python benchmarks/sampler_bench.py --quick   # small smoke run
+  PYTHONPATH=. python benchmarks/sampler_bench.py
+  PYTHONPATH=. python benchmarks/sampler_bench.py --quick   # small smoke run
 
 At each context length T the batch holds a prompt of T - N tokens and decodes
 N new tokens greedily, two ways:
@@ -34,6 +34,7 @@ import numpy as np
 
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer as tf
+from tests.helpers import models
 
 _OUT = flags.DEFINE_string(
   "out", "benchmarks/results/sampler_bench.json", "Where to write JSON."
@@ -43,22 +44,14 @@ _QUICK = flags.DEFINE_bool("quick", False, "Small shapes (smoke check).")
 _BATCH = flags.DEFINE_integer("batch", 8, "Rows decoded together.")
 _NEW = flags.DEFINE_integer("new_tokens", 32, "Tokens decoded per row.")
 
-MODEL = tf.TransformerConfig(
+MODEL = models.transformer_config(
   vocab_size=384,
+  init_std=0.05,
   num_layers=4,
   embed_dim=256,
   num_heads=8,
-  num_kv_heads=2,
   head_dim=32,
   mlp_dim=768,
-  rope_theta=10000.0,
-  rms_eps=1e-6,
-  qkv_bias=False,
-  tie_embeddings=True,
-  dtype="float32",
-  param_dtype="float32",
-  remat="none",
-  init_std=0.05,
 )
 
 

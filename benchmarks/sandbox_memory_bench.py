@@ -2,10 +2,10 @@ r"""What one job can make the host hold: the sandbox's cgroup peak per job.
 
 Run from the repository root (as root, with runsc installed):
 
-  python benchmarks/sandbox_memory_bench.py
+  PYTHONPATH=. python benchmarks/sandbox_memory_bench.py
 
   # Smoke check (two settings; writes JSON only when --out is given):
-  python benchmarks/sandbox_memory_bench.py --quick
+  PYTHONPATH=. python benchmarks/sandbox_memory_bench.py --quick
 
 For each setting of `--sandbox_memory_mb` x `--sandbox_max_processes`, a
 fresh one-sandbox gVisor pool runs, one job each:
@@ -29,7 +29,6 @@ oci_memory_bytes`), which is what the host may have to give per sandbox.
 from __future__ import annotations
 
 import datetime
-import glob
 import json
 import os
 import pathlib
@@ -41,6 +40,7 @@ from absl import flags
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
+from tests.helpers import sandboxes
 
 _OUT = flags.DEFINE_string(
   "out",
@@ -53,38 +53,6 @@ SETTINGS = ((512, 4), (1024, 4), (1024, 8), (2048, 4))
 QUICK_SETTINGS = ((512, 4), (1024, 4))
 
 IDLE = "print('idle')\n"
-
-HOG = """
-import json, os, time
-def fill():
-  got, blocks = 0, []
-  try:
-    while True:
-      block = bytearray(8 << 20)
-      for i in range(0, len(block), 4096):
-        block[i] = 1
-      blocks.append(block)
-      got += 8
-  except MemoryError:
-    pass
-  return got, blocks
-kids = []
-for _ in range({extra}):
-  try:
-    pid = os.fork()
-  except OSError:
-    break
-  if pid == 0:
-    got, blocks = fill()
-    time.sleep(1.5)
-    os._exit(min(got // 8, 255))
-  kids.append(pid)
-got, blocks = fill()
-totals = [got]
-for pid in kids:
-  totals.append(8 * os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-print(json.dumps(totals))
-"""
 
 KERNEL = """
 import fcntl, json, os, socket
@@ -136,16 +104,8 @@ print(json.dumps({k: v if isinstance(v, str) else v >> 20
 
 def cgroup_peak_mib(container: str) -> int | None:
   """The sandbox cgroup's peak memory in MiB (None if not found)."""
-  for path in (
-    f"/sys/fs/cgroup/memory/{container}/memory.max_usage_in_bytes",
-    *glob.glob(
-      f"/sys/fs/cgroup/memory/*/{container}/memory.max_usage_in_bytes"
-    ),
-    f"/sys/fs/cgroup/{container}/memory.peak",
-  ):
-    if os.path.exists(path):
-      return int(pathlib.Path(path).read_text()) >> 20
-  return None
+  peak = sandboxes.cgroup_peak_bytes(container)
+  return None if peak is None else peak >> 20
 
 
 def measure(memory_mb: int, max_processes: int) -> list[dict]:
@@ -159,7 +119,7 @@ def measure(memory_mb: int, max_processes: int) -> list[dict]:
   )
   programs = {
     "idle": IDLE,
-    "hog": HOG.format(extra=max_processes - 1),
+    "hog": sandboxes.MEMORY_HOG.format(extra=max_processes - 1),
     "kernel": KERNEL,
   }
   rows = []
