@@ -36,13 +36,17 @@ from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer as tf
 from tests.helpers import models
 
-_OUT = flags.DEFINE_string(
-  "out", "benchmarks/results/sampler_bench.json", "Where to write JSON."
-)
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs per variant.")
-_QUICK = flags.DEFINE_bool("quick", False, "Small shapes (smoke check).")
-_BATCH = flags.DEFINE_integer("batch", 8, "Rows decoded together.")
-_NEW = flags.DEFINE_integer("new_tokens", 32, "Tokens decoded per row.")
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_string(
+    "out", "benchmarks/results/sampler_bench.json", "Where to write JSON."
+  )
+  flags.DEFINE_integer("repeats", 3, "Timed runs per variant.")
+  flags.DEFINE_bool("quick", False, "Small shapes (smoke check).")
+  flags.DEFINE_integer("batch", 8, "Rows decoded together.")
+  flags.DEFINE_integer("new_tokens", 32, "Tokens decoded per row.")
+
 
 MODEL = models.transformer_config(
   vocab_size=384,
@@ -136,8 +140,8 @@ def bench_length(params, actor, t, b, n, repeats):
 
 def main(argv):
   del argv
-  lengths = (64, 128) if _QUICK.value else (128, 512, 2048)
-  b, n = _BATCH.value, _NEW.value
+  lengths = (64, 128) if flags.FLAGS.quick else (128, 512, 2048)
+  b, n = flags.FLAGS.batch, flags.FLAGS.new_tokens
   actor = tf.Actor(MODEL)
   valid = jnp.ones((1, 8), bool)
   params = actor.init(
@@ -146,7 +150,9 @@ def main(argv):
     tf.positions_from_valid(valid),
     valid,
   )
-  rows = [bench_length(params, actor, t, b, n, _REPEATS.value) for t in lengths]
+  rows = [
+    bench_length(params, actor, t, b, n, flags.FLAGS.repeats) for t in lengths
+  ]
   print(
     f"model {MODEL.num_params() / 1e6:.2f}M params, batch {b}, {n} new"
     f" tokens, jax {jax.__version__} on {jax.default_backend()},"
@@ -165,8 +171,8 @@ def main(argv):
       f" {r['recompute_tokens_per_s']:>16.1f} {r['speedup']:>9.2f}"
       f" {str(r['same_tokens']):>5}"
     )
-  if not _QUICK.value or _OUT.value != _OUT.default:
-    out = pathlib.Path(_OUT.value)
+  if not flags.FLAGS.quick or flags.FLAGS.out != flags.FLAGS["out"].default:
+    out = pathlib.Path(flags.FLAGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
       json.dumps(
@@ -189,4 +195,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

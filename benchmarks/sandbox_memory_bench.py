@@ -42,12 +42,16 @@ from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
 from tests.helpers import sandboxes
 
-_OUT = flags.DEFINE_string(
-  "out",
-  "benchmarks/results/sandbox_memory_bench.json",
-  "Where to write the results (JSON); with --quick only if set explicitly.",
-)
-_QUICK = flags.DEFINE_bool("quick", False, "Two settings only.")
+
+def define_flags() -> None:
+  """Registers the benchmark's flags."""
+  flags.DEFINE_string(
+    "out",
+    "benchmarks/results/sandbox_memory_bench.json",
+    "Where to write the results (JSON); with --quick only if set explicitly.",
+  )
+  flags.DEFINE_bool("quick", False, "Two settings only.")
+
 
 SETTINGS = ((512, 4), (1024, 4), (1024, 8), (2048, 4))
 QUICK_SETTINGS = ((512, 4), (1024, 4))
@@ -148,7 +152,7 @@ def measure(memory_mb: int, max_processes: int) -> list[dict]:
 def main(argv: list[str]) -> None:
   """Runs every setting, prints the table, writes JSON."""
   del argv
-  settings = QUICK_SETTINGS if _QUICK.value else SETTINGS
+  settings = QUICK_SETTINGS if flags.FLAGS.quick else SETTINGS
   rows = []
   for memory_mb, max_processes in settings:
     rows += measure(memory_mb, max_processes)
@@ -166,8 +170,8 @@ def main(argv: list[str]) -> None:
       f" {r['peak_mb']!s:>6} {r['backstop_mb']:>8}"
       f" {'' if ratio is None else f'{ratio:.2f}':>8}  {r['detail'][:60]}"
     )
-  out = _OUT.value
-  if _QUICK.value and not flags.FLAGS["out"].present:
+  out = flags.FLAGS.out
+  if flags.FLAGS.quick and not flags.FLAGS["out"].present:
     return
   result = {
     "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -184,4 +188,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
