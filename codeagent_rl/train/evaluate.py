@@ -334,3 +334,52 @@ def paired_difference(
     "up": int((diff > 0).sum()),
     "down": int((diff < 0).sum()),
   }
+
+
+def rollout_metrics(
+  rollout: agent_loop.Rollout,
+  rewards: types.Rewards,
+  anticheat: anticheat_config.AntiCheatConfig,
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+  """Reward, pass-rate and length scalars, and length histograms.
+
+  Args:
+    rollout: the iteration's episodes.
+    rewards: their rewards after the anti-cheat.
+    anticheat: the anti-cheat config: which stage-1 flags and scores
+      reject, so a rejected episode is never counted as solved.
+
+  Returns:
+    (scalars, histograms) of a PPO iteration's rollouts.
+  """
+  total = np.asarray(rewards.total)
+  rejected = rejected_by_stage1(rewards, anticheat)
+  s = episode_scalars(rollout, rejected, total)
+  outcomes = [e.outcome for e in rollout.episodes]
+  passing = np.asarray(
+    [solved_a(o, r) for o, r in zip(outcomes, rejected, strict=True)],
+    bool,
+  )
+  turns = np.asarray([len(e.turns) for e in rollout.episodes], np.float32)
+  tokens = np.asarray(rollout.batch.length, np.float32)
+  codes = [e.final_code for e in rollout.episodes]
+  chars = np.asarray([len(c) for c in codes if c is not None], np.float32)
+  scalars = {
+    "reward/total_mean": s["total_mean"],
+    "reward/pass_a": s["pass_a"],
+    "reward/pass_ab": s["pass_ab"],
+    "reward/suite_a": s["suite_a"],
+    "reward/suite_b": s["suite_b"],
+    "episode/turns_mean": s["turns_mean"],
+    "episode/tokens_mean": s["tokens_mean"],
+    "episode/truncated": s["truncated"],
+    "code/chars_mean": float(chars.mean()) if chars.size else float("nan"),
+  }
+  hists = {}
+  for label, rows in (("passing", passing), ("failing", ~passing)):
+    for what, values in (("turns", turns), ("tokens", tokens)):
+      name = f"length/{label}_{what}"
+      scalars[name] = float(values[rows].mean()) if rows.any() else math.nan
+      if rows.any():
+        hists[name] = values[rows]
+  return scalars, hists

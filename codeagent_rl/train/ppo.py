@@ -41,7 +41,6 @@ from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
 import functools
-import math
 import pathlib
 import signal
 import threading
@@ -50,7 +49,6 @@ from typing import Any
 
 from absl import logging
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from codeagent_rl import types
@@ -119,72 +117,6 @@ def rewards_are_flat(total: np.ndarray) -> bool:
   return bool(np.ptp(np.asarray(total, np.float32)) == 0)
 
 
-def ppo_epoch(
-  actor: state_lib.TrainState,
-  critic: state_lib.TrainState | None,
-  batch: steps.PPOBatch,
-  update_rng: jax.Array,
-  epoch: jax.Array,
-  *,
-  actor_step: Callable | None,
-  critic_step: Callable | None,
-  minibatches: int,
-  batch_sharding: jax.sharding.Sharding,
-):
-  """One pass over the batch in shuffled minibatches (jitted by `Learner`).
-
-  Args:
-    actor: the actor's state (not updated when `actor_step` is None).
-    critic: the critic's state, or None.
-    batch: the iteration's [B, T] `PPOBatch`, on the devices.
-    update_rng: the iteration's update key (`keys.ppo_iteration`).
-    epoch: int32 scalar, the epoch's index.
-    actor_step: `steps.actor_step` with its hyperparameters bound, or None
-      when the actor does not train this iteration.
-    critic_step: `steps.critic_step` bound likewise, or None.
-    minibatches: M; each minibatch holds B // M rows.
-    batch_sharding: how a minibatch's rows are laid out on the mesh.
-
-  Returns:
-    (actor, critic, metrics): the metrics of each step stacked over the M
-    minibatches, under "actor" and "critic".
-  """
-  rows = batch.tokens.shape[0]
-  size = rows // minibatches
-  perm = jax.random.permutation(keys.epoch(update_rng, epoch), rows)
-  order = perm[: minibatches * size].reshape(minibatches, size)
-
-  def one_minibatch(carry, xs):
-    actor, critic = carry
-    m, idx = xs
-    minibatch = jax.tree.map(lambda x: x[idx], batch)
-    minibatch = jax.lax.with_sharding_constraint(minibatch, batch_sharding)
-    step_rng = keys.minibatch(update_rng, epoch, m)
-    out = {}
-    if actor_step is not None:
-      actor, out["actor"] = actor_step(actor, minibatch, step_rng)
-    if critic_step is not None:
-      critic, out["critic"] = critic_step(critic, minibatch, step_rng)
-    return (actor, critic), out
-
-  (actor, critic), metrics = jax.lax.scan(
-    one_minibatch,
-    (actor, critic),
-    (jnp.arange(minibatches, dtype=jnp.int32), order),
-  )
-  return actor, critic, metrics
-
-
-def _no_values(logp_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Values of a critic-free estimator: [B, T] and [B] zeros."""
-  return jnp.zeros_like(logp_bt), jnp.zeros(logp_bt.shape[:1], jnp.float32)
-
-
-def _bootstrap(truncated_b: jax.Array, after_last_b: jax.Array) -> jax.Array:
-  """[B] the value a truncated row bootstraps from; 0 where it ended."""
-  return jnp.where(truncated_b, after_last_b, 0.0)
-
-
 def _trim(batch: types.TrajectoryBatch, bucket: int) -> dict[str, np.ndarray]:
   """The host arrays the update needs, cut to the bucketed longest row."""
   width = data_lib.bucket_width(
@@ -208,50 +140,6 @@ def _stacked_means(parts: list[dict[str, jax.Array]]) -> dict[str, float]:
   return {
     k: float(np.mean(np.concatenate([p[k] for p in host]))) for k in host[0]
   }
-
-
-def episode_metrics(
-  rollout: agent_loop.Rollout, rewards: types.Rewards, exp: exp_lib.Experiment
-) -> Metrics:
-  """Reward, pass-rate and length scalars, and length histograms.
-
-  Args:
-    rollout: the iteration's episodes.
-    rewards: their rewards after the anti-cheat.
-    exp: the experiment; `exp.anticheat` says which stage-1 flags and
-      scores reject, so a rejected episode is never counted as solved.
-  """
-  total = np.asarray(rewards.total)
-  rejected = eval_lib.rejected_by_stage1(rewards, exp.anticheat)
-  s = eval_lib.episode_scalars(rollout, rejected, total)
-  outcomes = [e.outcome for e in rollout.episodes]
-  passing = np.asarray(
-    [eval_lib.solved_a(o, r) for o, r in zip(outcomes, rejected, strict=True)],
-    bool,
-  )
-  turns = np.asarray([len(e.turns) for e in rollout.episodes], np.float32)
-  tokens = np.asarray(rollout.batch.length, np.float32)
-  codes = [e.final_code for e in rollout.episodes]
-  chars = np.asarray([len(c) for c in codes if c is not None], np.float32)
-  scalars = {
-    "reward/total_mean": s["total_mean"],
-    "reward/pass_a": s["pass_a"],
-    "reward/pass_ab": s["pass_ab"],
-    "reward/suite_a": s["suite_a"],
-    "reward/suite_b": s["suite_b"],
-    "episode/turns_mean": s["turns_mean"],
-    "episode/tokens_mean": s["tokens_mean"],
-    "episode/truncated": s["truncated"],
-    "code/chars_mean": float(chars.mean()) if chars.size else float("nan"),
-  }
-  hists = {}
-  for label, rows in (("passing", passing), ("failing", ~passing)):
-    for what, values in (("turns", turns), ("tokens", tokens)):
-      name = f"length/{label}_{what}"
-      scalars[name] = float(values[rows].mean()) if rows.any() else math.nan
-      if rows.any():
-        hists[name] = values[rows]
-  return Metrics(scalars, hists)
 
 
 class Learner:
@@ -319,8 +207,8 @@ class Learner:
     self.values = jax.jit(functools.partial(steps.critic_values, model=critic))
     self.targets = jax.jit(functools.partial(steps.targets, rl=exp.rl))
     self.explained_variance = jax.jit(losses.explained_variance)
-    self._no_values = jax.jit(_no_values)
-    self._bootstrap = jax.jit(_bootstrap)
+    self._no_values = jax.jit(steps.no_values)
+    self._bootstrap = jax.jit(steps.bootstrap_values)
     actor_step = functools.partial(
       steps.actor_step,
       model=actor,
@@ -347,7 +235,7 @@ class Learner:
     self._epochs = {
       trains: jax.jit(
         functools.partial(
-          ppo_epoch,
+          steps.ppo_epoch,
           actor_step=actor_step if trains else None,
           critic_step=critic_step,
           minibatches=exp.ppo.minibatches,
@@ -427,14 +315,16 @@ class Learner:
     states, scalars = self.update(
       states, rollout.batch, rewards.total, index, rng["update"], timer
     )
-    episodes = episode_metrics(rollout, rewards, self.exp)
-    scalars.update(episodes.scalars)
+    episode_scalars, histograms = eval_lib.rollout_metrics(
+      rollout, rewards, self.exp.anticheat
+    )
+    scalars.update(episode_scalars)
     scalars.update(ac_scalars)
     generated = float(rollout.batch.trainable.sum())
     scalars["perf/tokens_per_s"] = generated / max(
       rollout.timings["generate_s"], 1e-9
     )
-    return states, Metrics(scalars, episodes.histograms)
+    return states, Metrics(scalars, histograms)
 
   def update(
     self,

@@ -10,11 +10,13 @@ last valid token (where a truncated trajectory stopped) is its output at
 
 Every step has the shape `(state, batch, rng) -> (state, metrics)` or is a
 pure forward; hyperparameters (model, optimiser, frozen configs) are bound
-with `functools.partial` before `jax.jit`.
+with `functools.partial` before `jax.jit`. `ppo_epoch` scans a PPO epoch's
+minibatches through the bound actor and critic steps in one jitted call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import functools
 from typing import Any
 
@@ -32,6 +34,7 @@ from codeagent_rl.rl import config as rl_config
 from codeagent_rl.rl import gae
 from codeagent_rl.rl import kl as kl_lib
 from codeagent_rl.rl import losses
+from codeagent_rl.train import keys
 
 
 @struct.dataclass
@@ -363,3 +366,71 @@ def sft_step(
   grads, metrics = _accumulate(loss_fn, state.params, batch, num_micro)
   metrics["grad_norm/actor"] = optax.tree.norm(grads)
   return state.apply_gradients(grads, tx), metrics
+
+
+def ppo_epoch(
+  actor: state_lib.TrainState,
+  critic: state_lib.TrainState | None,
+  batch: PPOBatch,
+  update_rng: jax.Array,
+  epoch: jax.Array,
+  *,
+  actor_step: Callable | None,
+  critic_step: Callable | None,
+  minibatches: int,
+  batch_sharding: jax.sharding.Sharding,
+):
+  """One pass over the batch in shuffled minibatches (jitted by `Learner`).
+
+  Args:
+    actor: the actor's state (not updated when `actor_step` is None).
+    critic: the critic's state, or None.
+    batch: the iteration's [B, T] `PPOBatch`, on the devices.
+    update_rng: the iteration's update key (`keys.ppo_iteration`).
+    epoch: int32 scalar, the epoch's index.
+    actor_step: `steps.actor_step` with its hyperparameters bound, or None
+      when the actor does not train this iteration.
+    critic_step: `steps.critic_step` bound likewise, or None.
+    minibatches: M; each minibatch holds B // M rows.
+    batch_sharding: how a minibatch's rows are laid out on the mesh.
+
+  Returns:
+    (actor, critic, metrics): the metrics of each step stacked over the M
+    minibatches, under "actor" and "critic".
+  """
+  rows = batch.tokens.shape[0]
+  size = rows // minibatches
+  perm = jax.random.permutation(keys.epoch(update_rng, epoch), rows)
+  order = perm[: minibatches * size].reshape(minibatches, size)
+
+  def one_minibatch(carry, xs):
+    actor, critic = carry
+    m, idx = xs
+    minibatch = jax.tree.map(lambda x: x[idx], batch)
+    minibatch = jax.lax.with_sharding_constraint(minibatch, batch_sharding)
+    step_rng = keys.minibatch(update_rng, epoch, m)
+    out = {}
+    if actor_step is not None:
+      actor, out["actor"] = actor_step(actor, minibatch, step_rng)
+    if critic_step is not None:
+      critic, out["critic"] = critic_step(critic, minibatch, step_rng)
+    return (actor, critic), out
+
+  (actor, critic), metrics = jax.lax.scan(
+    one_minibatch,
+    (actor, critic),
+    (jnp.arange(minibatches, dtype=jnp.int32), order),
+  )
+  return actor, critic, metrics
+
+
+def no_values(logp_bt: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Values of a critic-free estimator: [B, T] and [B] zeros."""
+  return jnp.zeros_like(logp_bt), jnp.zeros(logp_bt.shape[:1], jnp.float32)
+
+
+def bootstrap_values(
+  truncated_b: jax.Array, after_last_b: jax.Array
+) -> jax.Array:
+  """[B] the value a truncated row bootstraps from; 0 where it ended."""
+  return jnp.where(truncated_b, after_last_b, 0.0)

@@ -22,6 +22,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.status import JobStatus
+from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
@@ -209,7 +210,7 @@ def test_rewards_are_flat(total, flat):
   assert ppo_lib.rewards_are_flat(np.asarray(total, np.float32)) is flat
 
 
-def test_episode_metrics_count_stage1_rejected_episodes_as_unsolved():
+def test_rollout_metrics_count_stage1_rejected_episodes_as_unsolved():
   exp = experiment.Experiment.from_config(tiny.get_config("smoke"))
   passed_all = code_env.Outcome(
     status=JobStatus.OK,
@@ -239,7 +240,7 @@ def test_episode_metrics_count_stage1_rejected_episodes_as_unsolved():
     status=np.zeros(3, np.int32),
     num_flags=features.NUM_FLAGS,
   )
-  scalars = ppo_lib.episode_metrics(rollout, accepted, exp).scalars
+  scalars, _ = eval_lib.rollout_metrics(rollout, accepted, exp.anticheat)
   assert scalars["reward/pass_a"] == scalars["reward/pass_ab"] == 1.0
   # Stage 1 rejects the second by an enforced rule flag, the third by the
   # classifier's score.
@@ -250,8 +251,7 @@ def test_episode_metrics_count_stage1_rejected_episodes_as_unsolved():
     stage1_score=np.asarray([0.0, 0.0, 0.99], np.float32),
     total=np.asarray([1.0, 0.0, 0.0], np.float32),
   )
-  metrics = ppo_lib.episode_metrics(rollout, rejected, exp)
-  scalars, hists = metrics.scalars, metrics.histograms
+  scalars, hists = eval_lib.rollout_metrics(rollout, rejected, exp.anticheat)
   assert scalars["reward/pass_a"] == pytest.approx(1 / 3)
   assert scalars["reward/pass_ab"] == pytest.approx(1 / 3)
   assert scalars["reward/total_mean"] == pytest.approx(1 / 3)
