@@ -312,8 +312,9 @@ class Learner:
     timer.add("sandbox_wait", rollout.timings["env_s"])
     with timer.phase("anticheat"):
       rewards, ac_scalars = self.anticheat.rollout_rewards(rollout.episodes)
+    total = np.asarray(jax.device_get(rewards.total), np.float32)
     states, scalars = self.update(
-      states, rollout.batch, rewards.total, index, rng["update"], timer
+      states, rollout.batch, total, index, rng["update"], timer
     )
     episode_scalars, histograms = eval_lib.rollout_metrics(
       rollout, rewards, self.exp.anticheat
@@ -340,14 +341,25 @@ class Learner:
     Args:
       states: (actor, critic) (donated).
       batch: the rollouts, host arrays.
-      total: [B] `Rewards.total` after the anti-cheat.
+      total: [B] `Rewards.total` after the anti-cheat, a host array.
       index: the iteration's 0-based index.
       rng: the iteration's update key.
       timer: where the phases' times go.
 
     Returns:
       The updated states and the update's scalars.
+
+    Raises:
+      NonFiniteLossError: a loss or gradient norm is NaN/inf.
+      jax.errors.JaxRuntimeError: a transfer between host and devices that
+        is not one of the update's explicit ones (the batch's `device_put`,
+        the metrics' `device_get`): it runs under
+        `jax.transfer_guard("disallow")`.
     """
+    with jax.transfer_guard("disallow"):
+      return self._update(states, batch, total, index, rng, timer)
+
+  def _update(self, states, batch, total, index, rng, timer):
     exp = self.exp
     actor, critic = states
     host = _trim(batch, exp.ppo.length_bucket)

@@ -124,7 +124,8 @@ def _iterate(learner, params, total, iteration=0):
   # Host copies: the steps donate the states.
   before = jax.device_get((states[0].params, states[1].params))
   batch, total = _rollout(total)
-  learner.ref_params = ref_params
+  # Placed as SFT leaves them: sharded like the actor.
+  learner.ref_params = jax.device_put(ref_params, learner.shardings[0].params)
   (actor, critic), metrics = learner.update(
     states,
     batch,
@@ -261,14 +262,25 @@ def test_rollout_metrics_count_stage1_rejected_episodes_as_unsolved():
 
 
 def test_an_update_makes_only_explicit_transfers(learner, params):
-  """The batch goes to the devices once, by `device_put`, and back by get."""
+  """The batch goes to the devices once, by `device_put`, and back by get.
+
+  The update runs under `jax.transfer_guard("disallow")`: a KL reference
+  left on the host (an implicit transfer in the forward) is refused.
+  """
   sft_params, ref_params = params
-  states = learner.initial_states(sft_params, jax.random.key(1))
   batch, total = _rollout([0.0] * (BATCH - 1) + [1.0])
-  # Placed as SFT leaves them: sharded like the actor.
+  learner.ref_params = ref_params  # host arrays
+  states = learner.initial_states(sft_params, jax.random.key(1))
+  with pytest.raises(
+    jax.errors.JaxRuntimeError, match="Disallowed host-to-device transfer"
+  ):
+    learner.update(
+      states, batch, total, 0, jax.random.key(3), metrics_lib.PhaseTimer()
+    )
   learner.ref_params = jax.device_put(ref_params, learner.shardings[0].params)
+  states = learner.initial_states(sft_params, jax.random.key(1))
   rng = jax.random.key(3)
-  with jax.transfer_guard("disallow"):
+  with jax.transfer_guard("disallow"):  # the caller's side too
     (actor, critic), metrics = learner.update(
       states, batch, total, 0, rng, metrics_lib.PhaseTimer()
     )
