@@ -85,7 +85,6 @@ from codeagent_rl import types
 from codeagent_rl.anticheat import config as anticheat_config
 from codeagent_rl.anticheat import features
 from codeagent_rl.anticheat import pipeline
-from codeagent_rl.anticheat import stage1
 from codeagent_rl.envs import code_env
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
@@ -337,11 +336,7 @@ def grade_samples(
       rewards = anticheat.apply(
         pipeline.rewards_from_outcomes([outcome]), vector[None]
       )
-      rejected = bool(
-        stage1.rejected(
-          rewards.stage1_flags, rewards.stage1_score, anticheat.config
-        )[0]
-      )
+      rejected = bool(pipeline.rejected(rewards, anticheat.config)[0])
     line = result_line(sample, outcome, rewards, rejected)
     out.write(json.dumps(line) + "\n")
     out.flush()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import chex
 from flax import struct
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 # Re-exported: sandbox-side code imports it from the jax-free module.
 from codeagent_rl.status import JobStatus  # noqa: F401
@@ -92,6 +92,9 @@ class Rewards:
   ) -> Rewards:
     """Rewards before anti-cheat: no flags, stage 2 open, total = suite A.
 
+    Built on the host (numpy): the sandbox's results are host data, and the
+    anti-cheat sends the batch to the device once, explicitly.
+
     Args:
       suite_a: [B] pass fraction on suite A.
       suite_b: [B] pass fraction on suite B.
@@ -100,19 +103,19 @@ class Rewards:
       num_flags: F, the number of stage-1 rule flags.
 
     Returns:
-      A `Rewards` whose `total` is `suite_a`.
+      A `Rewards` of numpy arrays whose `total` is `suite_a`.
     """
-    suite_a = jnp.asarray(suite_a, jnp.float32)
+    suite_a = np.asarray(suite_a, np.float32)
     (b,) = suite_a.shape
     return cls(
       suite_a=suite_a,
-      suite_b=jnp.asarray(suite_b, jnp.float32),
-      executed=jnp.asarray(executed, bool),
-      status=jnp.asarray(status, jnp.int32),
-      stage1_score=jnp.zeros((b,), jnp.float32),
-      stage1_flags=jnp.zeros((b, num_flags), bool),
-      stage2_ok=jnp.ones((b,), bool),
-      total=suite_a,
+      suite_b=np.asarray(suite_b, np.float32),
+      executed=np.asarray(executed, bool),
+      status=np.asarray(status, np.int32),
+      stage1_score=np.zeros((b,), np.float32),
+      stage1_flags=np.zeros((b, num_flags), bool),
+      stage2_ok=np.ones((b,), bool),
+      total=suite_a.copy(),
     )
 
   def check(self) -> None:

@@ -7,7 +7,9 @@
 
 The stage functions (stage1.py, stage2.py) are pure; this module reads the
 weights JSON, computes features on the host and calls them, jitted once per
-`AntiCheat`.
+`AntiCheat`. Rewards and features come in as host arrays and go out as
+host arrays: each call sends its batch to the device and back explicitly
+(the main job runs under `jax.transfer_guard("disallow")`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,30 @@ def rewards_from_outcomes(
   return rewards
 
 
+@functools.partial(jax.jit, static_argnames="cfg")
+def _rejected(flags_bf, score_b, cfg):
+  return stage1_lib.rejected(flags_bf, score_b, cfg)
+
+
+def rejected(
+  rewards: types.Rewards, config: config_lib.AntiCheatConfig
+) -> np.ndarray:
+  """[B] bool on the host: whether stage 1 rejected each row of `rewards`.
+
+  Args:
+    rewards: [B] rewards whose `stage1_flags` and `stage1_score` stage 1
+      set (`AntiCheat.apply`, `AntiCheat.episode_rewards`).
+    config: the anti-cheat config stage 1 ran with.
+  """
+  flags, score = jax.device_put(
+    (
+      np.asarray(rewards.stage1_flags, bool),
+      np.asarray(rewards.stage1_score, np.float32),
+    )
+  )
+  return np.asarray(jax.device_get(_rejected(flags, score, cfg=config)), bool)
+
+
 class AntiCheat:
   """A config and its classifier; applies both stages on the host's data.
 
@@ -93,8 +119,10 @@ class AntiCheat:
   ):
     self.config = config
     self.params = params
+    self._device_params = jax.device_put(params)
     self._stages = jax.jit(functools.partial(_both_stages, cfg=config))
     self._skip = jax.jit(functools.partial(stage1_lib.should_skip, cfg=config))
+    self._summary = jax.jit(functools.partial(stage1_lib.summary, cfg=config))
 
   @classmethod
   def from_config(cls, config: config_lib.AntiCheatConfig) -> AntiCheat:
@@ -129,15 +157,18 @@ class AntiCheat:
 
   def skip(self, features_bn: np.ndarray) -> np.ndarray:
     """[B] bool: stage 1's pre-execution gate on [B, N] features."""
-    features_bn = np.asarray(features_bn, np.float32)
-    return np.asarray(self._skip(features_bn, self.params))
+    features_bn = jax.device_put(np.asarray(features_bn, np.float32))
+    return jax.device_get(self._skip(features_bn, self._device_params))
 
   def apply(
     self, rewards: types.Rewards, features_bn: np.ndarray
   ) -> types.Rewards:
-    """Stage 1 then stage 2 on a batch."""
-    return self._stages(
-      rewards, np.asarray(features_bn, np.float32), self.params
+    """Stage 1 then stage 2 on a batch; host arrays in and out."""
+    rewards, features_bn = jax.device_put(
+      (rewards, np.asarray(features_bn, np.float32))
+    )
+    return jax.device_get(
+      self._stages(rewards, features_bn, self._device_params)
     )
 
   def episode_rewards(
@@ -182,9 +213,8 @@ class AntiCheat:
     rewards, _ = self.episode_rewards(states)
     flags = np.asarray(rewards.stage1_flags)
     skipped = [s.outcome.reason == SKIP_REASON for s in states]
-    scalars = {
-      k: float(v) for k, v in stage1_lib.summary(rewards, self.config).items()
-    }
+    summary = jax.device_get(self._summary(jax.device_put(rewards)))
+    scalars = {k: float(v) for k, v in summary.items()}
     scalars["anticheat/flagged_rate"] = float(flags.any(axis=1).mean())
     scalars["anticheat/skipped_rate"] = float(np.mean(skipped))
     scalars["anticheat/stage2_fail_rate"] = float(

@@ -53,18 +53,18 @@ class Stage1Params:
 
   @classmethod
   def zeros(cls, num_features: int = names.NUM_FEATURES) -> Stage1Params:
-    """Parameters whose score is 0.5 everywhere (for shapes and tests)."""
+    """Parameters whose score is 0.5 everywhere (host arrays)."""
     return cls(
-      weights=jnp.zeros((num_features,), jnp.float32),
-      bias=jnp.zeros((), jnp.float32),
-      mean=jnp.zeros((num_features,), jnp.float32),
-      scale=jnp.ones((num_features,), jnp.float32),
+      weights=np.zeros((num_features,), np.float32),
+      bias=np.zeros((), np.float32),
+      mean=np.zeros((num_features,), np.float32),
+      scale=np.ones((num_features,), np.float32),
     )
 
   def to_json(self) -> dict:
     """JSON-safe dict keyed by feature name (see `from_json`)."""
     return {
-      "bias": float(self.bias),
+      "bias": float(jax.device_get(self.bias)),
       "features": {
         name: {
           "weight": float(w),
@@ -73,9 +73,7 @@ class Stage1Params:
         }
         for name, w, m, s in zip(
           names.FEATURE_NAMES,
-          np.asarray(self.weights),
-          np.asarray(self.mean),
-          np.asarray(self.scale),
+          *jax.device_get((self.weights, self.mean, self.scale)),
           strict=True,
         )
       },
@@ -83,7 +81,7 @@ class Stage1Params:
 
   @classmethod
   def from_json(cls, data: dict) -> Stage1Params:
-    """Inverse of `to_json`.
+    """Inverse of `to_json` (host arrays).
 
     Raises:
       ValueError: the features differ from `names.FEATURE_NAMES` (the
@@ -120,10 +118,10 @@ class Stage1Params:
     if (columns["scale"] <= 0).any():
       raise ValueError("stage-1 weights: every scale must be > 0.")
     return cls(
-      weights=jnp.asarray(columns["weight"]),
-      bias=jnp.asarray(bias),
-      mean=jnp.asarray(columns["mean"]),
-      scale=jnp.asarray(columns["scale"]),
+      weights=columns["weight"],
+      bias=np.asarray(bias),
+      mean=columns["mean"],
+      scale=columns["scale"],
     )
 
 

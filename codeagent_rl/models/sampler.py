@@ -324,13 +324,35 @@ class Sampler:
       functools.partial(decode, model=model, cfg=cfg, pad_id=pad_id),
       donate_argnums=(1,),
     )
+    # Jitted `empty_state` per (batch, max_len, sharding): made on the
+    # devices, never copied there from the host.
+    self._empty: dict[tuple, Any] = {}
 
-  def start(self, batch: int, max_len: int) -> DecodeState:
-    """An empty state whose cache holds `max_len` tokens per row."""
-    return empty_state(self._model_cfg, batch, max_len)
+  def start(
+    self,
+    batch: int,
+    max_len: int,
+    *,
+    sharding: jax.sharding.Sharding | None = None,
+  ) -> DecodeState:
+    """An empty state whose cache holds `max_len` tokens per row.
+
+    Args:
+      batch: rows.
+      max_len: cache slots per row.
+      sharding: where the state is made (the replicated sharding of the
+        mesh the params are on); None: the default device.
+    """
+    key = (batch, max_len, sharding)
+    if key not in self._empty:
+      self._empty[key] = jax.jit(
+        functools.partial(empty_state, self._model_cfg, batch, max_len),
+        out_shardings=sharding,
+      )
+    return self._empty[key]()
 
   def _check_room(self, state: DecodeState, needed: int, what: str) -> None:
-    used = int(state.cache.index)
+    used = int(jax.device_get(state.cache.index))
     if used + needed > state.cache.max_len:
       raise ValueError(
         f"Sampler.{what}: the KV cache has {state.cache.max_len} slots,"
@@ -340,7 +362,11 @@ class Sampler:
       )
 
   def extend(self, params, state, tokens, valid) -> DecodeState:
-    """Incremental prefill; see `extend`."""
+    """Incremental prefill; see `extend`.
+
+    Under `jax.transfer_guard("disallow")` the arrays must already be where
+    the state is (`device_put` them there).
+    """
     self._check_room(state, np.shape(tokens)[1], "extend")
     return self._extend(params, state, tokens, valid)
 
@@ -348,8 +374,9 @@ class Sampler:
     """Samples one turn; see `decode`.
 
     The loop runs at most max(budgets) steps (capped at `max_new_tokens`),
-    so that is the room the cache needs.
+    so that is the room the cache needs. `budgets` may be a host or a
+    device array (read back by `device_get`).
     """
-    most = int(np.max(np.asarray(budgets), initial=0))
+    most = int(np.max(jax.device_get(budgets), initial=0))
     self._check_room(state, min(most, self.cfg.max_new_tokens), "decode")
     return self._decode(params, state, rng, budgets, stop_ids)

@@ -209,9 +209,8 @@ def _state_shardings(
   rules: mesh_lib.Rules,
 ) -> TrainState:
   """TrainState of shardings: params per the rules, opt state follows."""
-  boxed = jax.eval_shape(
-    functools.partial(_init_boxed_params, model), jax.random.key(0)
-  )
+  # The key is made inside the trace: shapes only, nothing transferred.
+  boxed = jax.eval_shape(lambda: _init_boxed_params(model, jax.random.key(0)))
   params_sh = sharding.param_shardings(boxed, mesh, rules)
   abstract_params = sharding.unbox(boxed)
   abstract_opt = jax.eval_shape(tx.init, abstract_params)
@@ -226,14 +225,18 @@ def _state_shardings(
       )
     return param_sh
 
-  opt_sh = optax.tree_map_params(
-    tx,
-    follow,
-    abstract_opt,
-    abstract_params,
-    params_sh,
-    transform_non_params=lambda _: replicated,
-  )
+  # tree_map_params runs `tx.init` eagerly to learn the state's structure:
+  # its scalar counters are made on the device from Python numbers and
+  # thrown away, transfers of no data the job uses.
+  with jax.transfer_guard("allow"):
+    opt_sh = optax.tree_map_params(
+      tx,
+      follow,
+      abstract_opt,
+      abstract_params,
+      params_sh,
+      transform_non_params=lambda _: replicated,
+    )
   return TrainState(step=replicated, params=params_sh, opt_state=opt_sh)
 
 

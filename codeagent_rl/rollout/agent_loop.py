@@ -31,7 +31,6 @@ import time
 from typing import Any, Protocol
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from codeagent_rl import types
@@ -39,6 +38,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.parallel import transfers
 from codeagent_rl.tasks import schema
 
 # Stop tokens of a policy turn: the end of an action block, or end of text.
@@ -115,19 +115,31 @@ class SamplerPolicy:
     self._sampler = sampler
     self._params = params
     self._pad_id = tokenizer.pad_id
-    self._stop_ids = jnp.asarray(tokenizer.stop_ids(STOP_TOKENS), jnp.int32)
+    # Every input of the sampler goes, by `device_put`, to the devices the
+    # params are on, replicated: the state is made there too, so nothing
+    # is copied implicitly (the main job runs under a transfer guard).
+    self._placement = transfers.replicated_like(params)
+    self._stop_ids = jax.device_put(
+      np.asarray(tokenizer.stop_ids(STOP_TOKENS), np.int32), self._placement
+    )
     self._cache_len = cache_len
     self._state = None
 
   def begin(self, prompts):
     """Prefills a fresh cache with the prompts."""
     tokens, valid = _pad_rows(prompts, self._pad_id)
-    state = self._sampler.start(len(prompts), self._cache_len)
-    self._state = self._sampler.extend(self._params, state, tokens, valid)
+    state = self._sampler.start(
+      len(prompts), self._cache_len, sharding=self._placement
+    )
+    self._state = self._sampler.extend(
+      self._params, state, *jax.device_put((tokens, valid), self._placement)
+    )
 
   def generate(self, budgets, rng):
     """Decodes one turn per row through the cache."""
-    budgets = np.asarray(budgets, np.int32)
+    budgets, rng = jax.device_put(
+      (np.asarray(budgets, np.int32), rng), self._placement
+    )
     self._state, out = self._sampler.decode(
       self._params, self._state, rng, budgets, self._stop_ids
     )
@@ -144,7 +156,11 @@ class SamplerPolicy:
     if not any(observations):
       return
     tokens, valid = _pad_rows(observations, self._pad_id)
-    self._state = self._sampler.extend(self._params, self._state, tokens, valid)
+    self._state = self._sampler.extend(
+      self._params,
+      self._state,
+      *jax.device_put((tokens, valid), self._placement),
+    )
 
   def end(self):
     """Releases the KV cache: nothing is kept after a rollout."""
@@ -239,7 +255,7 @@ def collect(
         for i, s in enumerate(states)
       ]
       start = time.perf_counter()
-      generated = policy.generate(budgets, jax.random.fold_in(rng, turn))
+      generated = policy.generate(budgets, transfers.fold_in(rng, turn))
       timings["generate_s"] += time.perf_counter() - start
       live = [i for i in range(len(states)) if not waiting[i]]
       texts = {}

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import jax
-
 from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.parallel import transfers
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.tasks import schema
 
@@ -101,6 +100,7 @@ def render(
   if len(tasks) != len(plans):
     raise ValueError(f"{len(tasks)} tasks for {len(plans)} plans.")
   policy = PlanPolicy(env.tokenizer, plans)
+  # The plans draw nothing; the loop still folds each turn into a key.
   return agent_loop.collect(
-    env, policy, tasks, list(range(len(tasks))), jax.random.PRNGKey(0)
+    env, policy, tasks, list(range(len(tasks))), transfers.key(0)
   )

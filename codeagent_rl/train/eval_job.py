@@ -32,6 +32,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.parallel import transfers
 from codeagent_rl.sandbox import config as sandbox_config_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.tasks import humaneval
@@ -194,7 +195,7 @@ def restore_actor_params(
         step,
         actor=actor,
         critic=critic if with_critic else None,
-        rng=jax.random.key(0),
+        rng=transfers.key(0),
       )
       return restored.actor.params, f"{what} {step} ({directory})"
   name, colon, presets = train_config.partition(":")

@@ -26,7 +26,6 @@ from codeagent_rl import solved
 from codeagent_rl import types
 from codeagent_rl.anticheat import config as anticheat_config
 from codeagent_rl.anticheat import pipeline
-from codeagent_rl.anticheat import stage1
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer
@@ -134,24 +133,6 @@ def solved_ab(outcome: code_env.Outcome, rejected: bool) -> bool:
   )
 
 
-def rejected_by_stage1(
-  rewards: types.Rewards, config: anticheat_config.AntiCheatConfig
-) -> np.ndarray:
-  """[B] bool: whether stage 1 rejected each row of rewards after stage 1.
-
-  Args:
-    rewards: [B] rewards whose `stage1_flags` and `stage1_score` stage 1
-      set (e.g. `AntiCheat.episode_rewards`).
-    config: the anti-cheat config stage 1 ran with.
-  """
-  return np.asarray(
-    stage1.rejected(
-      np.asarray(rewards.stage1_flags), np.asarray(rewards.stage1_score), config
-    ),
-    bool,
-  )
-
-
 def stage1_rejected(
   anticheat: pipeline.AntiCheat, episodes: Sequence[code_env.EpisodeState]
 ) -> np.ndarray:
@@ -162,7 +143,7 @@ def stage1_rejected(
     episodes: finished episodes.
   """
   rewards, _ = anticheat.episode_rewards(episodes)
-  return rejected_by_stage1(rewards, anticheat.config)
+  return pipeline.rejected(rewards, anticheat.config)
 
 
 def _check_rejected(rejected: np.ndarray, num_episodes: int) -> np.ndarray:
@@ -353,7 +334,7 @@ def rollout_metrics(
     (scalars, histograms) of a PPO iteration's rollouts.
   """
   total = np.asarray(rewards.total)
-  rejected = rejected_by_stage1(rewards, anticheat)
+  rejected = pipeline.rejected(rewards, anticheat)
   s = episode_scalars(rollout, rejected, total)
   outcomes = [e.outcome for e in rollout.episodes]
   passing = np.asarray(

@@ -24,6 +24,7 @@ from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rl import config as rl_config
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.train import config as train_config
+from codeagent_rl.train import keys
 
 # Sections of a trainer config and the dataclass that validates each.
 _SECTIONS = {
@@ -87,8 +88,10 @@ class Experiment:
         f"config.job={config.job!r}: a training experiment has job 'train'."
       )
     seed = config.seed
-    if type(seed) is not int or seed < 0:
-      raise ValueError(f"config.seed={seed!r}: must be an integer >= 0.")
+    if type(seed) is not int or not 0 <= seed <= keys.MAX_SEED:
+      raise ValueError(
+        f"config.seed={seed!r}: must be an integer in [0, {keys.MAX_SEED}]."
+      )
     sections = {
       name: cls_.from_config(config[name])
       if hasattr(cls_, "from_config")

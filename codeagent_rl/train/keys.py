@@ -15,11 +15,23 @@ different index tuples never meet on one key, and every stream of one seed
 differs from every stream of another (tests/train/keys_test.py). A stream
 is the root folded with its position in `STREAMS`, so a stream added at the
 end leaves the keys of the others as they were.
+
+The host-side functions make no implicit transfer (the main job runs under
+`jax.transfer_guard("disallow")`): the seed and each index go to the
+device by `device_put`, beside the key they are folded into. Their keys are
+on the default device; whoever feeds one to a computation on a mesh places
+it there (`device_put` to a replicated sharding).
 """
 
 from __future__ import annotations
 
 import jax
+
+from codeagent_rl.parallel import transfers
+
+# Seeds are uint32 on the device (`transfers.key`); config validation keeps
+# them in range.
+MAX_SEED = transfers.MAX_INDEX
 
 STREAMS = ("sft", "sft_eval", "ppo", "eval_job")
 
@@ -28,17 +40,17 @@ def stream(seed: int, name: str) -> jax.Array:
   """The key of stream `name` (one of `STREAMS`) of a run with `seed`."""
   if name not in STREAMS:
     raise ValueError(f"no key stream {name!r}; expected one of {STREAMS}.")
-  return jax.random.fold_in(jax.random.key(seed), STREAMS.index(name))
+  return transfers.fold_in(transfers.key(seed), STREAMS.index(name))
 
 
 def sft_init(seed: int) -> jax.Array:
   """Initialises the actor before SFT."""
-  return jax.random.fold_in(stream(seed, "sft"), 0)
+  return transfers.fold_in(stream(seed, "sft"), 0)
 
 
 def sft_step(seed: int, step: int) -> jax.Array:
   """The key of SFT step `step` (0-based)."""
-  return jax.random.fold_in(jax.random.fold_in(stream(seed, "sft"), 1), step)
+  return transfers.fold_in(transfers.fold_in(stream(seed, "sft"), 1), step)
 
 
 def sft_eval(seed: int) -> jax.Array:
@@ -58,12 +70,12 @@ def ppo(seed: int) -> jax.Array:
 
 def ppo_init(seed: int) -> jax.Array:
   """Initialises the critic (and copies the actor) before PPO."""
-  return jax.random.fold_in(ppo(seed), 0)
+  return transfers.fold_in(ppo(seed), 0)
 
 
 def ppo_iteration(seed: int, iteration: int) -> dict[str, jax.Array]:
   """Keys of PPO iteration `iteration`: "rollout", "update" and "eval"."""
-  it = jax.random.fold_in(jax.random.fold_in(ppo(seed), 1), iteration)
+  it = transfers.fold_in(transfers.fold_in(ppo(seed), 1), iteration)
   rollout, update, evaluation = jax.random.split(it, 3)
   return {"rollout": rollout, "update": update, "eval": evaluation}
 
@@ -83,4 +95,4 @@ def minibatch(
 
 def eval_sample(rng: jax.Array, sample: int, start: int) -> jax.Array:
   """Sample `sample` of the evaluation batch starting at task `start`."""
-  return jax.random.fold_in(jax.random.fold_in(rng, sample), start)
+  return transfers.fold_in(transfers.fold_in(rng, sample), start)

@@ -26,6 +26,7 @@ from codeagent_rl import samples as samples_lib
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import transfers
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.sandbox import config as sandbox_config_lib
 from codeagent_rl.sandbox import harness
@@ -325,7 +326,16 @@ def run_job(
   workdir: str | os.PathLike[str],
   sandbox: sandbox_config_lib.SandboxConfig,
 ) -> dict[str, Any]:
-  """Runs a validated job: `train_and_evaluate` or the evaluation job."""
-  if job.kind == "train":
-    return train_and_evaluate(job.exp, workdir, sandbox)
-  return eval_job.evaluate_checkpoint(job.humaneval, job.exp, workdir, sandbox)
+  """Runs a validated job: `train_and_evaluate` or the evaluation job.
+
+  The job, in all its threads, refuses implicit transfers
+  (`transfers.disallow_implicit`): every copy between host and devices is
+  an explicit `device_put` / `device_get`, so a copy that would stall the
+  devices on every step cannot slip in unseen.
+  """
+  with transfers.disallow_implicit():
+    if job.kind == "train":
+      return train_and_evaluate(job.exp, workdir, sandbox)
+    return eval_job.evaluate_checkpoint(
+      job.humaneval, job.exp, workdir, sandbox
+    )

@@ -28,6 +28,7 @@ from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.parallel import transfers
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import keys
@@ -125,7 +126,7 @@ def run_sft(
     check_not_past_steps(ckpt.directory, latest, exp.sft.steps)
     if latest == exp.sft.steps:
       restored = ckpt.restore(
-        exp.sft.steps, actor=actor, critic=None, rng=jax.random.key(0)
+        exp.sft.steps, actor=actor, critic=None, rng=transfers.key(0)
       )
       logging.info("SFT: restored the finished run from %s", ckpt.directory)
       return restored.actor.params, dict(restored.data_position["metrics"])
@@ -136,7 +137,7 @@ def run_sft(
     start = 0
     if latest is not None and latest < exp.sft.steps:
       actor = ckpt.restore(
-        latest, actor=actor, critic=None, rng=jax.random.key(0)
+        latest, actor=actor, critic=None, rng=transfers.key(0)
       ).actor
       start = latest
       logging.info("SFT: resuming at step %d of %d", start, exp.sft.steps)
@@ -147,7 +148,7 @@ def run_sft(
           actor=actor,
           critic=None,
           step=step,
-          rng=jax.random.key(0),
+          rng=transfers.key(0),
           data_position={"metrics": metrics},
         ),
         force=True,
@@ -238,6 +239,7 @@ def _train(
   )
   for _ in range(start):  # the batches of the steps already done
     next(batches)
+  replicated = sharding.replicated(mesh)
   t0 = time.perf_counter()
   window: list[dict[str, float]] = []
   metrics: dict[str, float] = {}
@@ -248,7 +250,8 @@ def _train(
         k: arrays[k][rows, :width] for k in ("tokens", "valid", "trainable")
       }
       batch = sharding.shard_batch(batch, mesh, rules)
-      actor, out = step_fn(actor, batch, keys.sft_step(exp.seed, step))
+      rng = jax.device_put(keys.sft_step(exp.seed, step), replicated)
+      actor, out = step_fn(actor, batch, rng)
       window.append(out)
       done = step + 1
       save_now = (
@@ -256,8 +259,9 @@ def _train(
       )
       # A save is checked like a log step: no non-finite actor is saved.
       if done % cfg.log_every == 0 or done == cfg.steps or save_now:
-        means = jax.device_get(
-          jax.tree.map(lambda *xs: sum(xs) / len(xs), *window)
+        # Averaged on the host, in float32 as the device would.
+        means = jax.tree.map(
+          lambda *xs: sum(xs) / len(xs), *jax.device_get(window)
         )
         metrics = {k: float(v) for k, v in means.items()}
         if not np.isfinite(metrics["sft/loss"]):

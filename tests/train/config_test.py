@@ -135,11 +135,19 @@ def test_a_training_experiment_has_job_train():
     experiment.Experiment.from_config(config)
 
 
-def test_bad_seed_is_named():
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_bad_seed_is_named(seed):
+  """Seeds go to the device as uint32 (keys.py): outside it is an error."""
   config = _smoke()
-  config.seed = -1
-  with pytest.raises(ValueError, match=r"config\.seed=-1"):
+  config.seed = seed
+  with pytest.raises(ValueError, match=r"config\.seed=.*must be an integer"):
     experiment.Experiment.from_config(config)
+
+
+def test_the_largest_seed_is_accepted():
+  config = _smoke()
+  config.seed = 2**32 - 1
+  assert experiment.Experiment.from_config(config).seed == 2**32 - 1
 
 
 def test_presets_parse():

@@ -18,12 +18,17 @@ import pytest
 
 from codeagent_rl import types
 from codeagent_rl.anticheat import features
+from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.parallel import transfers
+from codeagent_rl.rollout import agent_loop
 from codeagent_rl.status import JobStatus
+from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment
+from codeagent_rl.train import keys
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
 from configs import tiny
@@ -286,3 +291,59 @@ def test_an_update_makes_only_explicit_transfers(learner, params):
     )
   assert metrics["policy/actor_trained"] == 1.0
   assert np.isfinite(metrics["loss/policy"])
+
+
+def test_an_iteration_makes_only_explicit_transfers(
+  learner, params, module_pool
+):
+  """Rollout, anti-cheat, update and metrics with implicit copies refused.
+
+  The guard is process-wide, as the main job sets it: the rollout grades
+  submissions in a helper thread, which runs stage 1's pre-submit gate.
+  """
+  exp = learner.exp
+  sft_params, ref_params = params
+  tok = exp.tokenizer()
+  anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
+  assert exp.anticheat.skip_flagged  # the gate runs in the grader thread
+  env = code_env.CodeEnv(
+    module_pool, tok, exp.env, pre_submit=anticheat.pre_submit
+  )
+  train = data_lib.make_task_sets(exp.data, exp.seed).train
+  prompts = data_lib.iteration_prompts(
+    train,
+    exp.seed,
+    0,
+    exp.ppo.rollouts_per_iteration // exp.ppo.samples_per_prompt,
+  )
+  saved = (
+    learner.ref_params,
+    learner.env,
+    learner.anticheat,
+    learner.cache_len,
+  )
+  learner.ref_params = jax.device_put(ref_params, learner.shardings[0].params)
+  learner.env, learner.anticheat = env, anticheat
+  learner.cache_len = agent_loop.cache_len_for(
+    exp.env, data_lib.longest_prompt(tok, train)
+  )
+  try:
+    with transfers.disallow_implicit():
+      states = learner.initial_states(sft_params, keys.ppo_init(exp.seed))
+      (actor, critic), metrics = learner.iteration(
+        states, prompts, keys.ppo_iteration(exp.seed, 0), index=0
+      )
+  finally:
+    learner.ref_params, learner.env, learner.anticheat, learner.cache_len = (
+      saved
+    )
+  scalars = metrics.scalars
+  assert scalars["episode/tokens_mean"] > 0
+  assert 0.0 <= scalars["anticheat/flag_rate"] <= 1.0
+  assert np.isfinite(scalars["loss/critic"])
+  updates = exp.ppo.epochs * exp.ppo.minibatches
+  assert int(jax.device_get(critic.step)) == updates
+  trained = scalars["policy/actor_trained"]
+  assert int(jax.device_get(actor.step)) == updates * trained
+  # Outside the block the process-wide default is back.
+  assert jax.config.jax_transfer_guard_host_to_device is None
