@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 from codeagent_rl import config_utils
@@ -35,12 +36,21 @@ def _positive_float(section: str, obj: Any, names: tuple[str, ...]):
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """Validated `config.data`: the synthetic task sets (tasks/synthetic.py).
+  """Validated `config.data`: task files, or the synthetic task sets.
+
+  A split comes from its task file when one is named (`train_tasks`,
+  `eval_tasks`: JSONL in the task schema, e.g. written by
+  `python -m codeagent_rl.tasks.convert`), else from the synthetic
+  generator (tasks/synthetic.py), whose fields are the rest.
 
   Attributes:
-    num_train_tasks: tasks of the train split (SFT demonstrations and PPO
-      prompts).
-    num_eval_tasks: held-out tasks of the test split (disjoint parameters).
+    train_tasks: JSONL task file of the train split (PPO prompts), or None.
+      Tasks from a file come without demonstrations (`sft.steps` must be 0).
+    eval_tasks: JSONL task file of the held-out split, or None.
+    num_train_tasks: synthetic tasks of the train split (SFT demonstrations
+      and PPO prompts); unused with `train_tasks`.
+    num_eval_tasks: synthetic held-out tasks of the test split (disjoint
+      parameters); unused with `eval_tasks`.
     difficulty_weights: relative weights of levels 1, 2, 3.
     families: family names to draw from; empty means all.
     single_turn: probability of a `single_turn` demonstration per task.
@@ -50,6 +60,8 @@ class DataConfig:
     early_exit: probability of a flawed `early_exit` demonstration.
   """
 
+  train_tasks: str | None
+  eval_tasks: str | None
   num_train_tasks: int
   num_eval_tasks: int
   difficulty_weights: tuple[float, ...]
@@ -61,6 +73,21 @@ class DataConfig:
   early_exit: float
 
   def __post_init__(self):
+    for name in ("train_tasks", "eval_tasks"):
+      path = getattr(self, name)
+      if path is None:
+        continue
+      if not isinstance(path, str) or not path:
+        raise ValueError(
+          f"config.data.{name}={path!r}: must be the path of a JSONL task"
+          " file, or None for synthetic tasks."
+        )
+      if not os.path.isfile(path):
+        raise ValueError(
+          f"config.data.{name}={path!r}: no such file. Write one with"
+          " python -m codeagent_rl.tasks.convert, or leave it unset for"
+          " synthetic tasks."
+        )
     _int_at_least("data", self, ("num_train_tasks", "num_eval_tasks"), low=1)
     object.__setattr__(self, "families", tuple(self.families))
     object.__setattr__(

@@ -32,6 +32,7 @@ from codeagent_rl.rollout import demos
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from codeagent_rl.train import config as train_config
+from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import workdir as workdir_lib
 
 # Demonstrations rendered per environment batch.
@@ -53,10 +54,46 @@ class TaskSets:
   plans: tuple[synthetic.DemoPlan, ...]
 
 
+class TaskFileError(exp_lib.SetupError):
+  """A task file of `config.data` cannot be used; the message says why."""
+
+
+def _read_split(path: str, field: str) -> list[schema.Task]:
+  try:
+    tasks = schema.read_tasks(path)
+  except (schema.TaskFormatError, OSError) as e:
+    raise TaskFileError(f"config.data.{field}: {e}") from None
+  if not tasks:
+    raise TaskFileError(f"config.data.{field}={path!r} holds no tasks.")
+  return tasks
+
+
 def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
-  """Generates the train tasks with their plans and the held-out tasks."""
-  train, plans = synthetic.generate(data.synthetic("train", seed))
-  held_out, _ = synthetic.generate(data.synthetic("test", seed))
+  """The train tasks with their plans, and the held-out tasks.
+
+  Each split is read from its task file (`data.train_tasks`,
+  `data.eval_tasks`) when one is named, else generated; tasks from a file
+  have no demonstration plans.
+
+  Raises:
+    TaskFileError: a task file is unreadable or malformed (naming the file,
+      line and field), empty, or shares task ids with the other split.
+  """
+  if data.train_tasks is not None:
+    train, plans = _read_split(data.train_tasks, "train_tasks"), []
+  else:
+    train, plans = synthetic.generate(data.synthetic("train", seed))
+  if data.eval_tasks is not None:
+    held_out = _read_split(data.eval_tasks, "eval_tasks")
+  else:
+    held_out, _ = synthetic.generate(data.synthetic("test", seed))
+  shared = sorted({t.task_id for t in train} & {t.task_id for t in held_out})
+  if shared:
+    raise TaskFileError(
+      f"config.data: {len(shared)} task ids are in both the train and the"
+      f" held-out tasks (e.g. {shared[:3]}); a held-out task must not be"
+      " trained on."
+    )
   return TaskSets(tuple(train), tuple(held_out), tuple(plans))
 
 

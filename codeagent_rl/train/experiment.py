@@ -115,6 +115,12 @@ class Experiment:
         f"config.model.vocab_size={self.model.vocab_size}: the byte"
         f" tokenizer needs at least {vocab} ids."
       )
+    if self.data.train_tasks is not None and self.sft.steps:
+      raise ValueError(
+        f"config.sft.steps={self.sft.steps}: the train tasks come from"
+        f" config.data.train_tasks={self.data.train_tasks!r}, which has no"
+        " demonstrations to train on; set --config.sft.steps=0."
+      )
 
   def tokenizer(self) -> tokenizer_lib.ByteTokenizer:
     """The byte-level tokenizer of the tiny configs."""

@@ -10,6 +10,7 @@ import pytest
 from codeagent_rl.envs import code_env
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import schema
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import workdir as workdir_lib
@@ -92,3 +93,93 @@ def test_cache_is_reused_and_rebuilt_when_stale(setup, tmp_path):
   (tmp_path / workdir_lib.SFT_DATA).write_bytes(b"not an npz")
   rebuilt = data_lib.sft_arrays(env, task_sets, tmp_path)
   np.testing.assert_array_equal(rebuilt["tokens"], first["tokens"])
+
+
+def _write_split(path, tasks):
+  schema.write_tasks(path, tasks)
+  return str(path)
+
+
+def test_splits_come_from_task_files(tmp_path):
+  generated = data_lib.make_task_sets(
+    exp_lib.Experiment.from_config(tiny.get_config("smoke")).data, 0
+  )
+  config = tiny.get_config("smoke")
+  config.data.train_tasks = _write_split(
+    tmp_path / "train.jsonl", generated.train[:5]
+  )
+  config.data.eval_tasks = _write_split(
+    tmp_path / "eval.jsonl", generated.eval[:3]
+  )
+  config.sft.steps = 0
+  exp = exp_lib.Experiment.from_config(config)
+  sets = data_lib.make_task_sets(exp.data, exp.seed)
+  assert sets.train == generated.train[:5]
+  assert sets.eval == generated.eval[:3]
+  assert sets.plans == ()  # a file holds tasks, not demonstrations
+
+
+def test_one_split_from_a_file_the_other_generated(tmp_path):
+  generated = data_lib.make_task_sets(
+    exp_lib.Experiment.from_config(tiny.get_config("smoke")).data, 0
+  )
+  config = tiny.get_config("smoke")
+  config.data.eval_tasks = _write_split(
+    tmp_path / "eval.jsonl", generated.eval[:2]
+  )
+  exp = exp_lib.Experiment.from_config(config)
+  sets = data_lib.make_task_sets(exp.data, exp.seed)
+  assert sets.train == generated.train and sets.plans == generated.plans
+  assert sets.eval == generated.eval[:2]
+
+
+def test_a_missing_task_file_is_named_before_the_run(tmp_path):
+  config = tiny.get_config("smoke")
+  config.data.train_tasks = str(tmp_path / "nope.jsonl")
+  with pytest.raises(ValueError, match=r"config\.data\.train_tasks=.*no such"):
+    exp_lib.Experiment.from_config(config)
+
+
+def test_file_tasks_with_sft_steps_are_refused(tmp_path):
+  sets = data_lib.make_task_sets(
+    exp_lib.Experiment.from_config(tiny.get_config("smoke")).data, 0
+  )
+  config = tiny.get_config("smoke")
+  config.data.train_tasks = _write_split(tmp_path / "t.jsonl", sets.train[:2])
+  with pytest.raises(ValueError, match=r"config\.sft\.steps=.*sft\.steps=0"):
+    exp_lib.Experiment.from_config(config)
+
+
+@pytest.mark.parametrize(
+  "content,match",
+  [
+    ("", "holds no tasks"),
+    ('{"task_id": "a"}\n', r"bad\.jsonl:1"),
+    ("not json\n", r"bad\.jsonl:1"),
+  ],
+)
+def test_a_bad_task_file_names_the_file_and_line(tmp_path, content, match):
+  path = tmp_path / "bad.jsonl"
+  path.write_text(content)
+  config = tiny.get_config("smoke")
+  config.data.eval_tasks = str(path)
+  exp = exp_lib.Experiment.from_config(config)
+  with pytest.raises(data_lib.TaskFileError, match=match) as info:
+    data_lib.make_task_sets(exp.data, exp.seed)
+  assert isinstance(info.value, exp_lib.SetupError)  # main: one line
+  assert "config.data.eval_tasks" in str(info.value)
+
+
+def test_a_task_in_both_splits_is_refused(tmp_path):
+  sets = data_lib.make_task_sets(
+    exp_lib.Experiment.from_config(tiny.get_config("smoke")).data, 0
+  )
+  config = tiny.get_config("smoke")
+  config.sft.steps = 0
+  config.data.train_tasks = _write_split(tmp_path / "t.jsonl", sets.train[:3])
+  config.data.eval_tasks = _write_split(
+    tmp_path / "e.jsonl", [*sets.eval[:2], sets.train[1]]
+  )
+  exp = exp_lib.Experiment.from_config(config)
+  with pytest.raises(data_lib.TaskFileError, match="in both the train"):
+    data_lib.make_task_sets(exp.data, exp.seed)
