@@ -40,7 +40,6 @@ from typing import Any
 
 import jax
 import numpy as np
-import safetensors
 
 from codeagent_rl.models import transformer
 
@@ -68,6 +67,18 @@ _ARCH_FIELDS = (
   "tie_embeddings",
 )
 _MAX_LISTED = 8
+
+
+def _safetensors() -> Any:
+  """Imports `safetensors`, saying how to install it if missing."""
+  try:
+    import safetensors
+  except ImportError as e:
+    raise ImportError(
+      "Reading Hugging Face weights needs the `safetensors` package;"
+      " install the extra: pip install -e '.[hf]'."
+    ) from e
+  return safetensors
 
 
 def read_hf_config(ckpt_dir: str | pathlib.Path) -> dict[str, Any]:
@@ -377,7 +388,7 @@ class _Checkpoint(contextlib.ExitStack):
   def _open(self, path: pathlib.Path):
     if path not in self._handles:
       self._handles[path] = self.enter_context(
-        safetensors.safe_open(str(path), framework="numpy")
+        _safetensors().safe_open(str(path), framework="numpy")
       )
     return self._handles[path]
 

@@ -8,6 +8,7 @@ value stops here with a message naming `config.<section>.<field>`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import jax
@@ -16,6 +17,7 @@ import ml_collections
 from codeagent_rl.anticheat import config as anticheat_config
 from codeagent_rl.anticheat import monitors
 from codeagent_rl.envs import code_env
+from codeagent_rl.models import hf_import
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint
@@ -42,6 +44,64 @@ _SECTIONS = {
   "monitors": monitors.MonitorConfig,
   "sandbox": sandbox_config.SandboxLimits,
 }
+
+
+# Top-level fields a trainer config may leave out.
+_OPTIONAL = ("hf_checkpoint_dir",)
+# Fields of config.model that a Hugging Face checkpoint does not fix.
+HF_FREE_MODEL_FIELDS = ("dtype", "param_dtype", "remat")
+
+
+def _hf_checkpoint_dir(config: ml_collections.ConfigDict) -> str | None:
+  """`config.hf_checkpoint_dir`, checked to be a directory (or None)."""
+  path = config.get("hf_checkpoint_dir")
+  if path is None:
+    return None
+  if not isinstance(path, str) or not os.path.isdir(path):
+    raise ValueError(
+      f"config.hf_checkpoint_dir={path!r}: not a directory; pass the local"
+      " directory of a Hugging Face checkpoint (config.json, *.safetensors,"
+      " tokenizer files). Nothing is downloaded."
+    )
+  return path
+
+
+def _model(
+  section: ml_collections.ConfigDict, hf_dir: str | None
+) -> transformer.TransformerConfig:
+  """`config.model`, its architecture from the checkpoint when there is one.
+
+  With a checkpoint, the section holds `HF_FREE_MODEL_FIELDS`; any other
+  field it names must equal what the checkpoint's config.json says.
+  """
+  if hf_dir is None:
+    return transformer.TransformerConfig.from_config(section)
+  fields = dict(section)
+  missing = [f for f in HF_FREE_MODEL_FIELDS if f not in fields]
+  if missing:
+    raise ValueError(
+      f"config.model: missing fields {missing} (the rest comes from"
+      f" {hf_dir}/config.json)."
+    )
+  known = {f.name for f in dataclasses.fields(transformer.TransformerConfig)}
+  unknown = sorted(set(fields) - known)
+  if unknown:
+    raise ValueError(f"config.model: unknown fields {unknown}.")
+  try:
+    model = hf_import.config_from_hf(
+      hf_import.read_hf_config(hf_dir),
+      **{f: fields[f] for f in HF_FREE_MODEL_FIELDS},
+    )
+  except (OSError, ValueError) as e:
+    raise ValueError(f"config.hf_checkpoint_dir={hf_dir!r}: {e}") from None
+  for name, value in fields.items():
+    if name not in HF_FREE_MODEL_FIELDS and value != getattr(model, name):
+      raise ValueError(
+        f"config.model.{name}={value!r} but {hf_dir}/config.json gives"
+        f" {getattr(model, name)!r}; the checkpoint decides it (drop the"
+        " field or fix the checkpoint path)."
+      )
+  return model
 
 
 class SetupError(ValueError):
@@ -72,12 +132,16 @@ class Experiment:
   anticheat: anticheat_config.AntiCheatConfig
   monitors: monitors.MonitorConfig
   sandbox: sandbox_config.SandboxLimits
+  # The Hugging Face checkpoint the actor, the KL reference and (with
+  # rl.critic_init "actor") the critic's trunk start from; None: the model
+  # is initialised at random and trained by SFT first.
+  hf_checkpoint_dir: str | None = None
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Experiment:
     """Validates every section; raises ValueError naming the bad field."""
     expected = set(_SECTIONS) | {"job", "preset", "seed", "rl"}
-    unknown = sorted(set(config) - expected)
+    unknown = sorted(set(config) - expected - set(_OPTIONAL))
     missing = sorted(expected - set(config))
     if unknown or missing:
       raise ValueError(
@@ -92,16 +156,20 @@ class Experiment:
       raise ValueError(
         f"config.seed={seed!r}: must be an integer in [0, {keys.MAX_SEED}]."
       )
+    hf_dir = _hf_checkpoint_dir(config)
     sections = {
       name: cls_.from_config(config[name])
       if hasattr(cls_, "from_config")
       else train_config.section(cls_, config, name)
       for name, cls_ in _SECTIONS.items()
+      if name != "model"
     }
     exp = cls(
       preset=str(config.preset),
       seed=seed,
       rl=rl_config.RLConfig.from_config(config.rl),
+      model=_model(config.model, hf_dir),
+      hf_checkpoint_dir=hf_dir,
       **sections,
     )
     exp.check()

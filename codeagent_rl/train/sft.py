@@ -24,6 +24,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from codeagent_rl.models import hf_import
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import sharding
@@ -97,6 +98,10 @@ def run_sft(
 ) -> tuple[Any, dict[str, float]]:
   """Trains (or restores) the SFT actor.
 
+  The actor starts from `exp.hf_checkpoint_dir`'s weights when the run has
+  one (with `sft.steps` 0 they are the SFT model as they are), else from a
+  random initialisation.
+
   Args:
     exp: the experiment.
     arrays: `data.sft_arrays(...)` (None when a finished SFT checkpoint is
@@ -116,11 +121,23 @@ def run_sft(
   workdir = pathlib.Path(workdir)
   optim = sft_optim(exp)
   init_rng = keys.sft_init(exp.seed)
-  with sharding.axis_rules(mesh, rules):
-    actor, _ = state_lib.create_train_states(
-      exp.model, optim, mesh, rules, init_rng
-    )
   shardings, _ = state_lib.train_state_shardings(exp.model, optim, mesh, rules)
+  if exp.hf_checkpoint_dir is not None:
+    params = hf_import.load_params(
+      exp.hf_checkpoint_dir, exp.model, {"params": shardings.params}
+    )["params"]
+    if exp.sft.steps == 0:
+      logging.info("SFT: none; the actor is %s", exp.hf_checkpoint_dir)
+      return params, {}
+    with sharding.axis_rules(mesh, rules):
+      actor, _ = state_lib.states_from_actor_params(
+        params, exp.model, optim, mesh, rules, init_rng, "random"
+      )
+  else:
+    with sharding.axis_rules(mesh, rules):
+      actor, _ = state_lib.create_train_states(
+        exp.model, optim, mesh, rules, init_rng
+      )
   with _checkpointer(workdir, exp) as ckpt:
     latest = ckpt.latest_step()
     check_not_past_steps(ckpt.directory, latest, exp.sft.steps)

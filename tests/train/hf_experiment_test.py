@@ -1,0 +1,132 @@
+"""An experiment that starts from a Hugging Face checkpoint on local disk.
+
+The checkpoints are tiny random Qwen2 / Llama models that `transformers`
+saves in the test: real artefacts, nothing downloaded.
+"""
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from codeagent_rl.models import hf_import
+from codeagent_rl.train import experiment
+from codeagent_rl.train import sft as sft_lib
+from configs import tiny
+
+VOCAB = 384  # the byte tokenizer's ids fit
+
+
+def _save(path, config_cls, **kwargs):
+  hf_config = config_cls(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=VOCAB,
+    **kwargs,
+  )
+  torch.manual_seed(0)
+  model = transformers.AutoModelForCausalLM.from_config(hf_config)
+  model.save_pretrained(path)
+  return path
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+  return _save(
+    tmp_path_factory.mktemp("qwen2"),
+    transformers.Qwen2Config,
+    rope_theta=1e6,
+    tie_word_embeddings=True,
+  )
+
+
+def _config(hf_dir, **model):
+  config = tiny.get_config("smoke")
+  config.unlock()
+  config.hf_checkpoint_dir = str(hf_dir)
+  config.model = {
+    "dtype": "float32",
+    "param_dtype": "float32",
+    "remat": "none",
+    **model,
+  }
+  config.sft.steps = 0
+  return config
+
+
+def test_the_model_comes_from_config_json(qwen_dir):
+  exp = experiment.Experiment.from_config(_config(qwen_dir))
+  want = hf_import.config_from_hf(
+    hf_import.read_hf_config(qwen_dir),
+    dtype="float32",
+    param_dtype="float32",
+    remat="none",
+  )
+  assert exp.model == want
+  assert exp.model.qkv_bias and exp.model.tie_embeddings
+  assert exp.model.num_layers == 2 and exp.model.vocab_size == VOCAB
+  assert exp.hf_checkpoint_dir == str(qwen_dir)
+  assert experiment.to_dict(exp)["hf_checkpoint_dir"] == str(qwen_dir)
+
+
+def test_a_model_field_must_agree_with_the_checkpoint(qwen_dir):
+  exp = experiment.Experiment.from_config(_config(qwen_dir, num_layers=2))
+  assert exp.model.num_layers == 2
+  with pytest.raises(
+    ValueError, match=r"config\.model\.num_layers=3 but .*config\.json gives 2"
+  ):
+    experiment.Experiment.from_config(_config(qwen_dir, num_layers=3))
+
+
+def test_runtime_fields_are_required(qwen_dir):
+  config = _config(qwen_dir)
+  config.model = {"dtype": "float32"}
+  with pytest.raises(ValueError, match=r"missing fields \['param_dtype'"):
+    experiment.Experiment.from_config(config)
+
+
+def test_a_missing_directory_is_named(tmp_path):
+  with pytest.raises(ValueError, match=r"config\.hf_checkpoint_dir=.*not a"):
+    experiment.Experiment.from_config(_config(tmp_path / "absent"))
+
+
+@pytest.mark.parametrize(
+  "edit,match",
+  [
+    ({"model_type": "gemma"}, "model_type='gemma' is not supported"),
+    (
+      {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+      "rope_scaling",
+    ),
+  ],
+)
+def test_an_unsupported_checkpoint_is_named(qwen_dir, tmp_path, edit, match):
+  bad = tmp_path / "bad"
+  shutil.copytree(qwen_dir, bad)
+  hf_json = json.loads((bad / "config.json").read_text())
+  hf_json.update(edit)
+  (bad / "config.json").write_text(json.dumps(hf_json))
+  with pytest.raises(ValueError, match=match) as info:
+    experiment.Experiment.from_config(_config(bad))
+  assert "config.hf_checkpoint_dir" in str(info.value)
+
+
+def test_without_sft_the_actor_is_the_checkpoint(qwen_dir, tmp_path):
+  exp = experiment.Experiment.from_config(_config(qwen_dir))
+  mesh, rules = exp.make_mesh()
+  params, metrics = sft_lib.run_sft(exp, None, tmp_path, mesh, rules)
+  assert metrics == {}
+  want = hf_import.load_params(qwen_dir, exp.model)["params"]
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    jax.device_get(params),
+    jax.device_get(want),
+  )
+  assert not (tmp_path / "sft").exists()  # nothing to save
