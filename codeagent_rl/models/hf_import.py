@@ -610,6 +610,5 @@ def critic_from_hf(
     tolerated={_LM_HEAD},
     extra={
       ("value_head", "kernel"): np.zeros((d, 1), np.float32),
-      ("value_head", "bias"): np.zeros((1,), np.float32),
     },
   )

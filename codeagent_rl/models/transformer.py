@@ -573,7 +573,12 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
-  """The value function: its own trunk plus a scalar head per token."""
+  """The value function: its own trunk plus a scalar head per token.
+
+  The head is a zero-initialised vector without bias, so every value starts
+  at 0 whatever the trunk (a random one, or a copy of a pretrained actor's)
+  computes; as in OpenRLHF's and verl's critics, the head has no bias.
+  """
 
   config: TransformerConfig
 
@@ -596,10 +601,10 @@ class Critic(nn.Module):
       1,
       dtype=jnp.float32,
       param_dtype=cfg.jnp_param_dtype,
+      use_bias=False,
       kernel_init=nn.with_logical_partitioning(
         nn.initializers.zeros, ("embed", None)
       ),
-      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)),
       name="value_head",
     )(h.astype(jnp.float32))
     return values[..., 0], cache

@@ -117,7 +117,6 @@ def test_param_and_opt_state_shardings(mesh8, states8):
     ),
     ("actor", "lm_head/kernel", P("fsdp", "tensor"), (32, 192)),
     ("critic", "value_head/kernel", P("fsdp", None), (32, 1)),
-    ("critic", "value_head/bias", P(None), (1,)),
   ],
 )
 def test_params_live_in_shards(states8, model, path, spec, shard_shape):
