@@ -30,6 +30,9 @@ EXTRAS_REQUIRE = {
     "ruff==0.17.6",
     # tests/models/tokenizer_test.py builds tiny HF tokenizers.
     "tokenizers>=0.21,<0.24",
+    # Chat templates (models/chat_template.py); transformers refuses older
+    # releases (sandbox escapes fixed in 3.1.6).
+    "jinja2>=3.1.6,<4",
     # tests/models/hf_import_test.py saves tiny Llama/Qwen2 models and
     # compares logits with torch (passes with transformers 4.57.3, 5.0.0
     # and 5.24.0 on torch 2.13.0).
@@ -46,6 +49,7 @@ EXTRAS_REQUIRE = {
   # import (models/hf_import.py reads only safetensors; no torch needed).
   "hf": [
     "tokenizers>=0.21,<0.24",
+    "jinja2>=3.1.6,<4",
     "safetensors>=0.8,<0.9",
     # Not imported by the library; for inspecting and re-saving checkpoints
     # (AutoConfig, save_pretrained) next to it, and the HF parity tests.
