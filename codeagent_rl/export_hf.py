@@ -48,9 +48,11 @@ from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import workdir as workdir_lib
 
 # Tokenizer files copied from the run's `hf_checkpoint_dir`, where present.
+# transformers >= 5 saves the chat template in chat_template.jinja.
 TOKENIZER_FILES = (
   "tokenizer.json",
   "tokenizer_config.json",
+  "chat_template.jinja",
   "generation_config.json",
   "special_tokens_map.json",
   "vocab.json",

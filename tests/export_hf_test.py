@@ -284,6 +284,41 @@ def test_failed_write_leaves_nothing(run, tmp_path, monkeypatch):
   assert list(tmp_path.iterdir()) == []
 
 
+CHATML_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML_TEMPLATE = (
+  "{%- for message in messages %}"
+  "{{- '<|im_start|>' + message.role + '\\n' + message.content"
+  " + '<|im_end|>\\n' }}"
+  "{%- endfor %}"
+  "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+  "{%- endif %}"
+)
+
+
+def _chatml_tokenizer():
+  """A small byte-level BPE tokenizer with ChatML's specials and template."""
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(
+    add_prefix_space=False
+  )
+  tok.decoder = tokenizers.decoders.ByteLevel()
+  tok.train_from_iterator(
+    ["def add(a, b):\n  return a + b\n"] * 4,
+    tokenizers.trainers.BpeTrainer(
+      vocab_size=300,
+      special_tokens=CHATML_SPECIALS,
+      initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+      show_progress=False,
+    ),
+  )
+  return transformers.PreTrainedTokenizerFast(
+    tokenizer_object=tok,
+    eos_token="<|im_end|>",
+    pad_token="<|endoftext|>",
+    chat_template=CHATML_TEMPLATE,
+  )
+
+
 def _hf_checkpoint(path, model_cfg):
   """A Qwen2 checkpoint of `model_cfg`'s architecture, with a tokenizer."""
   hf_config = transformers.Qwen2Config(
@@ -298,26 +333,21 @@ def _hf_checkpoint(path, model_cfg):
     rms_norm_eps=model_cfg.rms_eps,
     tie_word_embeddings=model_cfg.tie_embeddings,
     initializer_range=model_cfg.init_std,
-    bos_token_id=1,
+    bos_token_id=None,
     eos_token_id=2,
   )
   transformers.AutoModelForCausalLM.from_config(hf_config).save_pretrained(path)
-  tok = tokenizers.Tokenizer(
-    tokenizers.models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, "[UNK]")
-  )
-  tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-  transformers.PreTrainedTokenizerFast(
-    tokenizer_object=tok, unk_token="[UNK]"
-  ).save_pretrained(path)
-  transformers.GenerationConfig(bos_token_id=1, eos_token_id=2).save_pretrained(
-    path
-  )
+  tok = _chatml_tokenizer()
+  assert len(tok) <= model_cfg.vocab_size
+  tok.save_pretrained(path)
+  transformers.GenerationConfig(eos_token_id=2).save_pretrained(path)
   return path
 
 
-def _check_hf_files(out):
-  """`out` has the tokenizer files and the base's token ids."""
+def _check_hf_files(out, hf_dir):
+  """`out` has hf_dir's tokenizer and the base's token ids."""
   assert sorted(p.name for p in out.iterdir()) == [
+    "chat_template.jinja",
     "config.json",
     "generation_config.json",
     "model.safetensors",
@@ -325,11 +355,15 @@ def _check_hf_files(out):
     "tokenizer_config.json",
   ]
   written = json.loads((out / "config.json").read_text())
-  assert (written["bos_token_id"], written["eos_token_id"]) == (1, 2)
-  assert transformers.AutoTokenizer.from_pretrained(out)("a b").input_ids == [
-    1,
-    2,
-  ]
+  assert (written["bos_token_id"], written["eos_token_id"]) == (None, 2)
+  ours, theirs = (
+    transformers.AutoTokenizer.from_pretrained(d) for d in (out, hf_dir)
+  )
+  chat = [{"role": "user", "content": "def add(a, b):"}]
+  assert ours.apply_chat_template(chat) == theirs.apply_chat_template(chat)
+  assert ours.apply_chat_template(chat, tokenize=False).startswith(
+    "<|im_start|>user\n"
+  )
   return written
 
 
@@ -346,9 +380,11 @@ def test_export_params_from_an_hf_checkpoint(run, tmp_path):
     console=lines.append,
   )
   assert any(
-    "tokenizer files tokenizer.json, tokenizer_config.json" in x for x in lines
+    "tokenizer files tokenizer.json, tokenizer_config.json,"
+    " chat_template.jinja, generation_config.json" in x
+    for x in lines
   ), lines
-  _check_hf_files(out)
+  _check_hf_files(out, hf_dir)
   again = hf_import.load_params(out, exp.model)
   jax.tree.map(np.testing.assert_array_equal, again, {"params": params[2]})
   tokens = _tokens(exp.model.vocab_size)
@@ -391,7 +427,7 @@ def test_cli_run_from_an_hf_checkpoint_step_and_dtype(run, tmp_path):
   )
   assert proc.returncode == 0, proc.stderr
   assert "PPO iteration 1" in proc.stdout
-  assert _check_hf_files(out)["dtype"] == "bfloat16"
+  assert _check_hf_files(out, hf_dir)["dtype"] == "bfloat16"
   cfg16 = dataclasses.replace(exp.model, param_dtype="bfloat16")
   again = hf_import.load_params(out, cfg16)
   jax.tree.map(
