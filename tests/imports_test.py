@@ -38,6 +38,8 @@ LAYERS = (
   ("anticheat.corpus",),
   # The trainer and the grading CLI.
   ("train", "grade"),
+  # Exports what the trainer left in a workdir.
+  ("export_hf",),
   # The entry point.
   ("main",),
 )

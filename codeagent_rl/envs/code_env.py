@@ -1,6 +1,6 @@
 """`CodeEnv`: episodes of run / submit turns against a sandbox pool.
 
-  env = code_env.CodeEnv(pool, tokenizer, code_env.EnvConfig(...))
+  env = code_env.CodeEnv(pool, fmt, code_env.EnvConfig(...))
   state = env.reset(task)                      # state.prompt_ids for the policy
   state, step = env.step(state, "<run>def add(a, b): ...</run>")
   step.observation_ids                         # append to the trajectory
@@ -43,6 +43,7 @@ from typing import Any
 
 from codeagent_rl import types
 from codeagent_rl.envs import protocol
+from codeagent_rl.models import chat
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.tasks import judge
@@ -294,6 +295,7 @@ class _Pending:
   job: jobs.Job | None = None
   stop: str | None = None
   skip: str | None = None
+  action_ended: bool = True
 
 
 class CodeEnv:
@@ -302,7 +304,8 @@ class CodeEnv:
   Attributes:
     pool: a `SandboxPool` (anything with `submit(job) -> Future` and
       `config.timeout_s`).
-    tokenizer: counts action tokens and encodes prompts and observations.
+    format: the conversation format: encodes prompts and observations,
+      counts action tokens.
     config: the budgets.
     judge_config: float tolerance of the judge.
     pre_submit: called as pre_submit(state, code) before a `<submit>` is
@@ -314,18 +317,19 @@ class CodeEnv:
   def __init__(
     self,
     pool: Any,
-    tokenizer: tokenizer_lib.Tokenizer,
+    fmt: chat.ConversationFormat | tokenizer_lib.Tokenizer,
     config: EnvConfig,
     judge_config: judge.JudgeConfig | None = None,
     clock: Callable[[], float] = time.monotonic,
     sandbox_retries: int = 1,
     pre_submit: Callable[[EpisodeState, str], str | None] | None = None,
   ):
-    """Binds the pool, tokenizer and budgets.
+    """Binds the pool, conversation format and budgets.
 
     Args:
       pool: runs the jobs.
-      tokenizer: the policy's tokenizer.
+      fmt: the policy's conversation format (a bare `Tokenizer` means its
+        byte protocol, `chat.ByteProtocolFormat(tokenizer)`).
       config: the budgets.
       judge_config: float tolerance (None: `judge.JudgeConfig()`).
       clock: seconds, monotonic (tests pass a fake one).
@@ -333,7 +337,9 @@ class CodeEnv:
       pre_submit: the pre-execution hook (see the class docstring), or None.
     """
     self.pool = pool
-    self.tokenizer = tokenizer
+    if isinstance(fmt, tokenizer_lib.Tokenizer):
+      fmt = chat.ByteProtocolFormat(fmt)
+    self.format = fmt
     self.config = config
     self.judge_config = judge_config or judge.JudgeConfig()
     self._clock = clock
@@ -342,7 +348,9 @@ class CodeEnv:
 
   def reset(self, task: schema.Task) -> EpisodeState:
     """Starts an episode on `task`; the wall-time budget starts now."""
-    ids = tuple(protocol.prompt_ids(self.tokenizer, task))
+    ids = tuple(
+      self.format.prompt_ids(protocol.REMINDER, protocol.task_text(task))
+    )
     return EpisodeState(
       task=task,
       prompt_text=protocol.prompt_text(task),
@@ -366,14 +374,18 @@ class CodeEnv:
     states: Sequence[EpisodeState],
     action_texts: Sequence[str],
     num_tokens: Sequence[int] | None = None,
+    action_ended: Sequence[bool] | None = None,
   ) -> list[tuple[EpisodeState, StepResult]]:
     """Takes one turn in each episode; their jobs run concurrently.
 
     Args:
       states: episodes that are not done.
-      action_texts: the decoded policy turn of each.
+      action_texts: the policy turn of each (`format.action_text`).
       num_tokens: the turn's token count as the policy produced it; by
-        default `len(tokenizer.encode(text))`.
+        default `len(format.encode_action(text))`.
+      action_ended: whether each turn ended as the format ends a turn
+        (`format.action_ended`); False (cut by the budget): the observation
+        chunk closes the turn first. Default: all True.
 
     Returns:
       (new state, step result) per episode, in order.
@@ -387,8 +399,15 @@ class CodeEnv:
       )
     if num_tokens is not None and len(num_tokens) != len(states):
       raise ValueError(f"{len(states)} states but {len(num_tokens)} counts.")
+    if action_ended is not None and len(action_ended) != len(states):
+      raise ValueError(
+        f"{len(states)} states but {len(action_ended)} action_ended flags."
+      )
     pending = [
-      self._begin(s, a, None if num_tokens is None else num_tokens[i])
+      dataclasses.replace(
+        self._begin(s, a, None if num_tokens is None else num_tokens[i]),
+        action_ended=True if action_ended is None else bool(action_ended[i]),
+      )
       for i, (s, a) in enumerate(zip(states, action_texts, strict=True))
     ]
     futures = [
@@ -409,7 +428,7 @@ class CodeEnv:
         f" stopped by {state.stop_reason})."
       )
     if num_tokens is None:
-      n = len(self.tokenizer.encode(text))
+      n = len(self.format.encode_action(text))
     else:
       n = operator.index(num_tokens)
       if n < 0:
@@ -472,7 +491,9 @@ class CodeEnv:
     obs_ids = (
       ()
       if obs is None
-      else tuple(protocol.observation_ids(self.tokenizer, obs))
+      else tuple(
+        self.format.observation_ids(obs.body, action_ended=p.action_ended)
+      )
     )
     turns = (
       *state.turns,

@@ -36,17 +36,10 @@ import numpy as np
 from codeagent_rl import types
 from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
+from codeagent_rl.models import chat
 from codeagent_rl.models import sampler as sampler_lib
-from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.parallel import transfers
 from codeagent_rl.tasks import schema
-
-# Stop tokens of a policy turn: the end of an action block, or end of text.
-STOP_TOKENS = (
-  tokenizer_lib.RUN_END,
-  tokenizer_lib.SUBMIT_END,
-  tokenizer_lib.EOS,
-)
 
 
 class Policy(Protocol):
@@ -101,7 +94,7 @@ class SamplerPolicy:
     self,
     sampler: sampler_lib.Sampler,
     params: Any,
-    tokenizer: tokenizer_lib.Tokenizer,
+    fmt: chat.ConversationFormat,
     cache_len: int,
   ):
     """Binds a sampler to actor params.
@@ -109,18 +102,18 @@ class SamplerPolicy:
     Args:
       sampler: a `Sampler` whose `max_new_tokens` bounds one turn.
       params: actor variables.
-      tokenizer: gives the pad and stop token ids.
+      fmt: the conversation format: gives the pad and stop ids.
       cache_len: KV-cache slots per row.
     """
     self._sampler = sampler
     self._params = params
-    self._pad_id = tokenizer.pad_id
+    self._pad_id = fmt.pad_id
     # Every input of the sampler goes, by `device_put`, to the devices the
     # params are on, replicated: the state is made there too, so nothing
     # is copied implicitly (the main job runs under a transfer guard).
     self._placement = transfers.replicated_like(params)
     self._stop_ids = jax.device_put(
-      np.asarray(tokenizer.stop_ids(STOP_TOKENS), np.int32), self._placement
+      np.asarray(fmt.stop_ids, np.int32), self._placement
     )
     self._cache_len = cache_len
     self._state = None
@@ -168,16 +161,21 @@ class SamplerPolicy:
 
 
 def cache_len_for(
-  env_config: code_env.EnvConfig, max_prompt_tokens: int
+  env_config: code_env.EnvConfig,
+  max_prompt_tokens: int,
+  fmt: chat.ConversationFormat,
 ) -> int:
   """KV-cache slots that the longest possible rollout fits in.
 
   Each turn uses at most `max_tokens_per_turn` slots for the action and, for
-  the observation chunk, `obs_max_bytes` plus its two tags (a token is at
-  least one byte), rounded up to the prefill bucket like the prompt.
+  the observation chunk, `obs_max_bytes` (a token is at least one byte)
+  plus what the format writes around an empty observation after a turn cut
+  by the budget (the most it adds), rounded up to the prefill bucket like
+  the prompt.
   """
+  around = len(fmt.observation_ids("", action_ended=False))
   per_turn = env_config.max_tokens_per_turn + _bucket(
-    env_config.obs_max_bytes + 2
+    env_config.obs_max_bytes + around
   )
   return _bucket(max_prompt_tokens) + env_config.max_turns * per_turn
 
@@ -228,7 +226,7 @@ def collect(
   if len(tasks) != len(group_ids):
     raise ValueError(f"{len(tasks)} tasks but {len(group_ids)} group ids.")
   cfg = env.config
-  tok = env.tokenizer
+  fmt = env.format
   states = [env.reset(task) for task in tasks]
   rows = [_Row(list(s.prompt_ids), [False] * len(s.prompt_ids)) for s in states]
   longest = max(len(r.tokens) for r in rows)
@@ -258,13 +256,14 @@ def collect(
       generated = policy.generate(budgets, transfers.fold_in(rng, turn))
       timings["generate_s"] += time.perf_counter() - start
       live = [i for i in range(len(states)) if not waiting[i]]
-      texts = {}
+      texts, ended = {}, {}
       for i in live:
         ids, _ = generated[i]
         row = rows[i]
         row.tokens += ids
         row.trainable += [True] * len(ids)
-        texts[i] = tok.decode(ids)
+        texts[i] = fmt.action_text(ids)
+        ended[i] = fmt.action_ended(ids)
       submits = [
         i
         for i in live
@@ -280,6 +279,7 @@ def collect(
         [states[i] for i in stepping],
         [texts[i] for i in stepping],
         [len(generated[i][0]) for i in stepping],
+        [ended[i] for i in stepping],
       )
       timings["env_s"] += time.perf_counter() - start
       observations = [[] for _ in states]
@@ -301,7 +301,7 @@ def collect(
       if not result.done:  # a submit always ends its episode
         raise AssertionError(f"row {i}: a <submit> left the episode open")
     timings["env_s"] += time.perf_counter() - start
-  batch = _to_batch(rows, states, group_ids, cfg, tok.pad_id)
+  batch = _to_batch(rows, states, group_ids, cfg, fmt.pad_id)
   return Rollout(batch, states, timings)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
-from codeagent_rl.models import tokenizer as tokenizer_lib
+from codeagent_rl.models import chat
 from codeagent_rl.parallel import transfers
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.tasks import schema
@@ -25,19 +25,21 @@ _ACTIONS = {"run": protocol.Run, "submit": protocol.Submit}
 class PlanPolicy:
   """A `Policy` that emits planned action texts, one per turn.
 
-  Each turn's text is `protocol.format_action(...)` followed by nothing: the
-  closing tag is the stop token, as when the model generates it.
+  Each turn's ids are those of `protocol.format_action(...)` as an
+  assistant message (`format.encode_action`), then the format's end-of-turn
+  id if it has one: what the model samples when it writes that action and
+  ends its turn (with the byte protocol the closing tag is the stop token).
   """
 
   def __init__(
     self,
-    tokenizer: tokenizer_lib.Tokenizer,
+    fmt: chat.ConversationFormat,
     plans: Sequence[Sequence[tuple[str, str]]],
   ):
     """Encodes the plans.
 
     Args:
-      tokenizer: the policy's tokenizer.
+      fmt: the policy's conversation format.
       plans: per row, the ("run" | "submit", code) actions in order.
 
     Raises:
@@ -50,7 +52,8 @@ class PlanPolicy:
         if kind not in _ACTIONS:
           raise ValueError(f"plan {row}: action {kind!r} is not run/submit.")
         texts.append(protocol.format_action(_ACTIONS[kind](code)))
-      self._turns.append([tokenizer.encode(t) for t in texts])
+      end = [] if fmt.end_of_turn_id is None else [fmt.end_of_turn_id]
+      self._turns.append([fmt.encode_action(t) + end for t in texts])
     self._next = [0] * len(plans)
 
   def begin(self, prompts):
@@ -99,7 +102,7 @@ def render(
   """
   if len(tasks) != len(plans):
     raise ValueError(f"{len(tasks)} tasks for {len(plans)} plans.")
-  policy = PlanPolicy(env.tokenizer, plans)
+  policy = PlanPolicy(env.format, plans)
   # The plans draw nothing; the loop still folds each turn into a key.
   return agent_loop.collect(
     env, policy, tasks, list(range(len(tasks))), transfers.key(0)

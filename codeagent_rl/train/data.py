@@ -26,8 +26,6 @@ from absl import logging
 import numpy as np
 
 from codeagent_rl.envs import code_env
-from codeagent_rl.envs import protocol
-from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.rollout import demos
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
@@ -111,22 +109,18 @@ def iteration_prompts(
   return [tasks[index] for index in picks.tolist()]
 
 
-def longest_prompt(
-  tokenizer: tokenizer_lib.Tokenizer, tasks: Sequence[schema.Task]
-) -> int:
+def longest_prompt(env: code_env.CodeEnv, tasks: Sequence[schema.Task]) -> int:
   """Tokens in the longest prompt of `tasks` (sizes the rollout KV cache)."""
-  return max(len(protocol.prompt_ids(tokenizer, task)) for task in tasks)
+  return max(len(env.reset(task).prompt_ids) for task in tasks)
 
 
 def _fingerprint(
   plans: Sequence[synthetic.DemoPlan], env: code_env.CodeEnv
 ) -> str:
-  """Hash of the plans, the env budgets and the tokenizer's vocabulary."""
+  """Hash of the plans, the env budgets and the conversation format."""
   h = hashlib.sha256()
   h.update(json.dumps(dataclasses.asdict(env.config), sort_keys=True).encode())
-  h.update(
-    f"{type(env.tokenizer).__name__}:{env.tokenizer.vocab_size}".encode()
-  )
+  h.update(f"{type(env.format).__name__}:{env.format.vocab_size}".encode())
   for plan in plans:
     h.update(json.dumps([plan.task_id, plan.kind, plan.actions]).encode())
   return h.hexdigest()
@@ -175,7 +169,7 @@ def sft_arrays(
   by_id = {t.task_id: t for t in task_sets.train}
   env = code_env.CodeEnv(
     env.pool,
-    env.tokenizer,
+    env.format,
     env.config,
     env.judge_config,
     pre_submit=_not_graded,

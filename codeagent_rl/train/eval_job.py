@@ -271,7 +271,7 @@ def evaluate_checkpoint(
   console(f"evaluating {what} on HumanEval")
   with harness.SandboxPool(sandbox) as pool:
     tasks = _tasks(he_cfg, workdir, pool)
-    env = code_env.CodeEnv(pool, exp.tokenizer(), exp.env)
+    env = code_env.CodeEnv(pool, exp.conversation, exp.env)
     evaluator = eval_lib.Evaluator(
       exp, env, tasks, batch_size=he_cfg.batch_size
     )

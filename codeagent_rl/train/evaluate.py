@@ -45,13 +45,13 @@ def make_sampler(
     top_k=sampling.top_k if temperature else 0,
     top_p=sampling.top_p if temperature else 1.0,
     max_new_tokens=exp.env.max_tokens_per_turn,
-    vocab_limit=exp.tokenizer().vocab_size,
+    vocab_limit=exp.conversation.vocab_size,
   )
   return sampler_lib.Sampler(
     transformer.Actor(exp.model),
     exp.model,
     cfg,
-    pad_id=exp.tokenizer().pad_id,
+    pad_id=exp.conversation.pad_id,
   )
 
 
@@ -196,7 +196,7 @@ class Evaluator:
       mode: make_sampler(exp, temperature[mode]) for mode in exp.eval.modes
     }
     longest = max(len(env.reset(t).prompt_ids) for t in self._tasks)
-    self._cache_len = agent_loop.cache_len_for(env.config, longest)
+    self._cache_len = agent_loop.cache_len_for(env.config, longest, env.format)
     self.anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
     self.last_per_task: dict[str, dict[str, list]] = {}
     self.last_episodes: dict[str, list[code_env.EpisodeState]] = {}
@@ -216,7 +216,7 @@ class Evaluator:
       for start in range(0, len(tasks), self._batch_size):
         chunk = tasks[start : start + self._batch_size]
         policy = agent_loop.SamplerPolicy(
-          sampler, {"params": params}, self._env.tokenizer, self._cache_len
+          sampler, {"params": params}, self._env.format, self._cache_len
         )
         rollouts.append(
           agent_loop.collect(

@@ -8,6 +8,7 @@ value stops here with a message naming `config.<section>.<field>`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any
 
@@ -17,6 +18,7 @@ import ml_collections
 from codeagent_rl.anticheat import config as anticheat_config
 from codeagent_rl.anticheat import monitors
 from codeagent_rl.envs import code_env
+from codeagent_rl.models import chat
 from codeagent_rl.models import hf_import
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.models import transformer
@@ -177,11 +179,11 @@ class Experiment:
 
   def check(self) -> None:
     """Cross-section checks (each section is valid on its own)."""
-    vocab = self.tokenizer().vocab_size
+    vocab = self.conversation.vocab_size
     if self.model.vocab_size < vocab:
       raise ValueError(
-        f"config.model.vocab_size={self.model.vocab_size}: the byte"
-        f" tokenizer needs at least {vocab} ids."
+        f"config.model.vocab_size={self.model.vocab_size}: the tokenizer"
+        f" has {vocab} ids."
       )
     if self.data.train_tasks is not None and self.sft.steps:
       raise ValueError(
@@ -190,9 +192,24 @@ class Experiment:
         " demonstrations to train on; set --config.sft.steps=0."
       )
 
-  def tokenizer(self) -> tokenizer_lib.ByteTokenizer:
-    """The byte-level tokenizer of the tiny configs."""
-    return tokenizer_lib.ByteTokenizer()
+  @functools.cached_property
+  def conversation(self) -> chat.ConversationFormat:
+    """How episodes become token ids.
+
+    The checkpoint's tokenizer and chat template when the run starts from
+    one (`hf_checkpoint_dir`), else the byte-level protocol of the tiny
+    configs.
+
+    Raises:
+      SetupError: the checkpoint's tokenizer files or chat template cannot
+        be used (the message names the file and the problem).
+    """
+    if self.hf_checkpoint_dir is None:
+      return chat.ByteProtocolFormat(tokenizer_lib.ByteTokenizer())
+    try:
+      return chat.ChatTemplateFormat.from_checkpoint(self.hf_checkpoint_dir)
+    except (OSError, ValueError) as e:
+      raise SetupError(f"config.hf_checkpoint_dir: {e}") from None
 
   @property
   def uses_critic(self) -> bool:

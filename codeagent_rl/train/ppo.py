@@ -194,7 +194,7 @@ class Learner:
       exp.ppo.minibatches * exp.ppo.micro_batch_size
     )
     temperature = exp.sampling.temperature
-    vocab_limit = exp.tokenizer().vocab_size
+    vocab_limit = exp.conversation.vocab_size
     self.sampler = eval_lib.make_sampler(exp, temperature)
     self.log_probs = jax.jit(
       functools.partial(
@@ -302,7 +302,7 @@ class Learner:
     policy = agent_loop.SamplerPolicy(
       self.sampler,
       {"params": states[0].params},
-      self.env.tokenizer,
+      self.env.format,
       self.cache_len,
     )
     rollout = agent_loop.collect(

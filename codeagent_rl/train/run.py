@@ -177,7 +177,7 @@ def train_and_evaluate(
   # The held-out tasks beside the evaluation's samples: graded again with
   # `python -m codeagent_rl.grade --tasks=... --samples=...`.
   schema.write_tasks(paths.eval_tasks, task_sets.eval)
-  tok = exp.tokenizer()
+  fmt = exp.conversation
   console(
     f"codeagent_rl: preset {exp.preset}, {exp.model.num_params():,} params,"
     f" {len(task_sets.train)} train / {len(task_sets.eval)} held-out tasks,"
@@ -188,9 +188,9 @@ def train_and_evaluate(
     # Demonstrations and evaluation run without the pre-submit gate: every
     # submission runs, and the evaluation counts the ones stage 1 rejects
     # as unsolved afterwards.
-    env = code_env.CodeEnv(pool, tok, exp.env)
+    env = code_env.CodeEnv(pool, fmt, exp.env)
     rl_env = code_env.CodeEnv(
-      pool, tok, exp.env, pre_submit=anticheat.pre_submit
+      pool, fmt, exp.env, pre_submit=anticheat.pre_submit
     )
     arrays = None
     if exp.sft.steps:
@@ -221,7 +221,7 @@ def train_and_evaluate(
       )
     console("SFT held-out: " + summary_lib.eval_line(sft_eval))
     cache_len = agent_loop.cache_len_for(
-      exp.env, data_lib.longest_prompt(tok, task_sets.train)
+      exp.env, data_lib.longest_prompt(env, task_sets.train), fmt
     )
     learner = ppo_lib.Learner(
       exp,

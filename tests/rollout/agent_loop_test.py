@@ -214,7 +214,10 @@ def test_sampler_policy_drives_the_transformer(env):
   prompt_len = max(len(small_env.reset(t).prompt_ids) for t in tasks)
   policy = _LogProbRecorder(
     agent_loop.SamplerPolicy(
-      sampler, params, TOK, agent_loop.cache_len_for(env_cfg, prompt_len)
+      sampler,
+      params,
+      small_env.format,
+      agent_loop.cache_len_for(env_cfg, prompt_len, small_env.format),
     )
   )
   out = agent_loop.collect(

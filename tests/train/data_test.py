@@ -49,7 +49,7 @@ def setup():
 def test_runs_execute_submissions_do_not(setup, tmp_path):
   exp, task_sets, pool = setup
   counting = CountingPool(pool)
-  env = code_env.CodeEnv(counting, exp.tokenizer(), exp.env)
+  env = code_env.CodeEnv(counting, exp.conversation, exp.env)
   arrays = data_lib.sft_arrays(env, task_sets, tmp_path)
   kinds = list(arrays["kinds"])
   runs = sum(
@@ -63,9 +63,9 @@ def test_runs_execute_submissions_do_not(setup, tmp_path):
   assert sum(counting.kinds.values()) == runs
   # Every kept demonstration ends with its submission, and an observation
   # of the sandbox follows each run.
-  tok = exp.tokenizer()
+  fmt = exp.conversation
   for i, kind in enumerate(kinds):
-    text = tok.decode(arrays["tokens"][i][arrays["valid"][i]].tolist())
+    text = fmt.decode(arrays["tokens"][i][arrays["valid"][i]].tolist())
     assert text.rstrip().endswith("</submit>"), text[-80:]
     if kind == "multi_turn":
       assert "<obs>tests: " in text, text
@@ -74,7 +74,7 @@ def test_runs_execute_submissions_do_not(setup, tmp_path):
 def test_cache_is_reused_and_rebuilt_when_stale(setup, tmp_path):
   exp, task_sets, pool = setup
   counting = CountingPool(pool)
-  env = code_env.CodeEnv(counting, exp.tokenizer(), exp.env)
+  env = code_env.CodeEnv(counting, exp.conversation, exp.env)
   first = data_lib.sft_arrays(env, task_sets, tmp_path)
   jobs = sum(counting.kinds.values())
   again = data_lib.sft_arrays(env, task_sets, tmp_path)
@@ -84,7 +84,7 @@ def test_cache_is_reused_and_rebuilt_when_stale(setup, tmp_path):
   # Other budgets: the cache is stale and rendered again.
   other = code_env.CodeEnv(
     counting,
-    exp.tokenizer(),
+    exp.conversation,
     dataclasses.replace(exp.env, obs_max_bytes=100),
   )
   data_lib.sft_arrays(other, task_sets, tmp_path)

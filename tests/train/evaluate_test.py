@@ -62,7 +62,7 @@ def test_sampled_mode_runs_every_task_k_times_with_distinct_samples(
 
   monkeypatch.setattr(agent_loop, "collect", spy)
   with harness.SandboxPool(SANDBOX) as pool:
-    env = code_env.CodeEnv(pool, exp.tokenizer(), exp.env)
+    env = code_env.CodeEnv(pool, exp.conversation, exp.env)
     evaluator = eval_lib.Evaluator(exp, env, tasks, batch_size=4)
     out = evaluator(actor.params, jax.random.key(1))
   assert out["eval/greedy/episodes"] == TASKS

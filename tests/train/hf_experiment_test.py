@@ -10,41 +10,18 @@ import shutil
 import jax
 import numpy as np
 import pytest
-import torch
-import transformers
 
+from codeagent_rl.models import chat
 from codeagent_rl.models import hf_import
 from codeagent_rl.train import experiment
 from codeagent_rl.train import sft as sft_lib
 from configs import tiny
-
-VOCAB = 384  # the byte tokenizer's ids fit
-
-
-def _save(path, config_cls, **kwargs):
-  hf_config = config_cls(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=VOCAB,
-    **kwargs,
-  )
-  torch.manual_seed(0)
-  model = transformers.AutoModelForCausalLM.from_config(hf_config)
-  model.save_pretrained(path)
-  return path
+from tests.helpers import hf_checkpoints
 
 
 @pytest.fixture(scope="module")
 def qwen_dir(tmp_path_factory):
-  return _save(
-    tmp_path_factory.mktemp("qwen2"),
-    transformers.Qwen2Config,
-    rope_theta=1e6,
-    tie_word_embeddings=True,
-  )
+  return hf_checkpoints.save_checkpoint(tmp_path_factory.mktemp("qwen2"))
 
 
 def _config(hf_dir, **model):
@@ -71,7 +48,8 @@ def test_the_model_comes_from_config_json(qwen_dir):
   )
   assert exp.model == want
   assert exp.model.qkv_bias and exp.model.tie_embeddings
-  assert exp.model.num_layers == 2 and exp.model.vocab_size == VOCAB
+  assert exp.model.num_layers == 2
+  assert exp.model.vocab_size == hf_checkpoints.MODEL_VOCAB
   assert exp.hf_checkpoint_dir == str(qwen_dir)
   assert experiment.to_dict(exp)["hf_checkpoint_dir"] == str(qwen_dir)
 
@@ -130,3 +108,21 @@ def test_without_sft_the_actor_is_the_checkpoint(qwen_dir, tmp_path):
     jax.device_get(want),
   )
   assert not (tmp_path / "sft").exists()  # nothing to save
+
+
+def test_the_conversation_is_the_checkpoints_chat_template(qwen_dir):
+  exp = experiment.Experiment.from_config(_config(qwen_dir))
+  fmt = exp.conversation
+  assert isinstance(fmt, chat.ChatTemplateFormat)
+  assert fmt.vocab_size <= exp.model.vocab_size
+  im_end = fmt.end_of_turn_id
+  assert im_end in fmt.stop_ids
+  assert fmt.decode([im_end]) == "<|im_end|>"
+
+
+def test_a_checkpoint_without_its_tokenizer_is_named(qwen_dir, tmp_path):
+  bare = tmp_path / "bare"
+  shutil.copytree(qwen_dir, bare)
+  (bare / "tokenizer.json").unlink()
+  with pytest.raises(experiment.SetupError, match="tokenizer.json"):
+    experiment.Experiment.from_config(_config(bare))

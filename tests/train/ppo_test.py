@@ -303,11 +303,11 @@ def test_an_iteration_makes_only_explicit_transfers(
   """
   exp = learner.exp
   sft_params, ref_params = params
-  tok = exp.tokenizer()
+  fmt = exp.conversation
   anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
   assert exp.anticheat.skip_flagged  # the gate runs in the grader thread
   env = code_env.CodeEnv(
-    module_pool, tok, exp.env, pre_submit=anticheat.pre_submit
+    module_pool, fmt, exp.env, pre_submit=anticheat.pre_submit
   )
   train = data_lib.make_task_sets(exp.data, exp.seed).train
   prompts = data_lib.iteration_prompts(
@@ -325,7 +325,7 @@ def test_an_iteration_makes_only_explicit_transfers(
   learner.ref_params = jax.device_put(ref_params, learner.shardings[0].params)
   learner.env, learner.anticheat = env, anticheat
   learner.cache_len = agent_loop.cache_len_for(
-    exp.env, data_lib.longest_prompt(tok, train)
+    exp.env, data_lib.longest_prompt(env, train), fmt
   )
   try:
     with transfers.disallow_implicit():
