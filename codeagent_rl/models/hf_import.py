@@ -480,12 +480,22 @@ def _sharding_table(shardings: Any, paths: list[tuple[str, ...]]) -> dict:
 
 
 def _place(host: np.ndarray, sharding, path: tuple[str, ...]) -> jax.Array:
-  """Puts one host array on devices; each device gets only its slice."""
+  """Puts one host array on devices; each device gets only its slice.
+
+  Each slice goes by `device_put` (an explicit transfer, as the main job's
+  transfer guard requires; `make_array_from_callback` counts as implicit).
+  """
   if sharding is None:
     return jax.device_put(host)
   try:
-    return jax.make_array_from_callback(
-      host.shape, sharding, lambda index: host[index]
+    pieces = [
+      jax.device_put(host[index], device)
+      for device, index in sharding.addressable_devices_indices_map(
+        host.shape
+      ).items()
+    ]
+    return jax.make_array_from_single_device_arrays(
+      host.shape, sharding, pieces
     )
   except ValueError as e:
     raise ValueError(

@@ -76,9 +76,15 @@ def _model(
   With a checkpoint, the section holds `HF_FREE_MODEL_FIELDS`; any other
   field it names must equal what the checkpoint's config.json says.
   """
-  if hf_dir is None:
-    return transformer.TransformerConfig.from_config(section)
   fields = dict(section)
+  if hf_dir is None:
+    if set(fields) <= set(HF_FREE_MODEL_FIELDS):
+      raise ValueError(
+        "config.hf_checkpoint_dir is not set; this config takes the model"
+        " from a checkpoint: pass --config.hf_checkpoint_dir=DIR (the local"
+        " directory of a Hugging Face checkpoint)."
+      )
+    return transformer.TransformerConfig.from_config(section)
   missing = [f for f in HF_FREE_MODEL_FIELDS if f not in fields]
   if missing:
     raise ValueError(
