@@ -100,6 +100,10 @@ def get_env_config(smoke: bool) -> ml_collections.ConfigDict:
   env.max_wall_s = 300.0 if smoke else 900.0
   # Bytes of one observation's body.
   env.obs_max_bytes = 128 if smoke else 1024
+  # Each rollout episode's ids against a full render of its messages in the
+  # chat template (metric episode/render_mismatch): sampled ids that BPE
+  # would tokenise differently count, as does a template that drifts.
+  env.render_check = "strict"
   return env
 
 

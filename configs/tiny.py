@@ -187,6 +187,10 @@ def get_env_config(preset: str) -> ml_collections.ConfigDict:
   env.max_wall_s = 300.0
   # Bytes of one observation (test lines and the first error line).
   env.obs_max_bytes = 192
+  # Compare each rollout episode's ids with a full render of its messages
+  # (metric episode/render_mismatch); ids that do not round-trip through
+  # text (invalid UTF-8 the model sampled) count as mismatches.
+  env.render_check = "strict"
   return env
 
 

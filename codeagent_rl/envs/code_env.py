@@ -77,6 +77,9 @@ class EnvConfig:
       observations.
     max_wall_s: wall-clock seconds from `reset` to the last action.
     obs_max_bytes: cap on an observation's body, in UTF-8 bytes.
+    render_check: how each finished episode's ids are compared with a full
+      render of its messages (`chat.check_episode`): "strict" (equal ids),
+      "ignore_whitespace" (equal text but whitespace), or "off".
   """
 
   max_turns: int
@@ -84,6 +87,7 @@ class EnvConfig:
   max_total_tokens: int
   max_wall_s: float
   obs_max_bytes: int
+  render_check: str = "strict"
 
   def __post_init__(self):
     for name in ("max_turns", "max_tokens_per_turn", "max_total_tokens"):
@@ -99,6 +103,11 @@ class EnvConfig:
     if type(obs) is not int or obs < MIN_OBS_MAX_BYTES:
       raise ValueError(
         f"env.obs_max_bytes={obs!r}: must be an integer >= {MIN_OBS_MAX_BYTES}."
+      )
+    checks = (*chat.CHECK_MODES, "off")
+    if self.render_check not in checks:
+      raise ValueError(
+        f"env.render_check={self.render_check!r}: expected one of {checks}."
       )
     if self.max_tokens_per_turn > self.max_total_tokens:
       raise ValueError(

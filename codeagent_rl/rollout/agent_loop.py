@@ -197,11 +197,14 @@ class Rollout:
     episodes: the environment's final state of each episode (turns, stop
       reason, final code, the outcome of its submission).
     timings: seconds spent generating and waiting on the environment.
+    render_ok: [B] bool, whether each row's ids equal a full render of the
+      episode's messages (`env.render_check`); None when the check is off.
   """
 
   batch: types.TrajectoryBatch
   episodes: list[code_env.EpisodeState]
   timings: dict[str, float]
+  render_ok: np.ndarray | None = None
 
 
 def collect(
@@ -302,7 +305,38 @@ def collect(
         raise AssertionError(f"row {i}: a <submit> left the episode open")
     timings["env_s"] += time.perf_counter() - start
   batch = _to_batch(rows, states, group_ids, cfg, fmt.pad_id)
-  return Rollout(batch, states, timings)
+  render_ok = None
+  if cfg.render_check != "off":
+    render_ok = np.asarray(
+      [
+        render_matches(fmt, s, row.tokens, cfg.render_check)
+        for s, row in zip(states, rows, strict=True)
+      ],
+      bool,
+    )
+  return Rollout(batch, states, timings, render_ok)
+
+
+def render_matches(
+  fmt: chat.ConversationFormat,
+  state: code_env.EpisodeState,
+  ids: Sequence[int],
+  mode: str,
+) -> bool:
+  """Whether an episode's ids equal the full render of its messages.
+
+  The messages are the prompt's system and task text, each action's text
+  and the observations that were appended (all but a final one).
+  """
+  turns = state.turns
+  messages = chat.episode_messages(
+    fmt,
+    protocol.REMINDER,
+    protocol.task_text(state.task),
+    [t.action_text for t in turns],
+    [t.observation.body for t in turns[:-1]],
+  )
+  return chat.check_episode(fmt, messages, ids, mode)
 
 
 def _to_batch(rows, states, group_ids, cfg, pad_id) -> types.TrajectoryBatch:

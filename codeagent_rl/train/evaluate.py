@@ -356,6 +356,11 @@ def rollout_metrics(
     "episode/truncated": s["truncated"],
     "code/chars_mean": float(chars.mean()) if chars.size else float("nan"),
   }
+  if rollout.render_ok is not None:
+    # Share of episodes whose ids differ from a full render of their
+    # messages (env.render_check): what the learner trains on is not what
+    # the chat template would give the model for the same conversation.
+    scalars["episode/render_mismatch"] = float(1.0 - rollout.render_ok.mean())
   hists = {}
   for label, rows in (("passing", passing), ("failing", ~passing)):
     for what, values in (("turns", turns), ("tokens", tokens)):

@@ -15,6 +15,7 @@ from codeagent_rl.models import chat
 from codeagent_rl.models import hf_import
 from codeagent_rl.train import experiment
 from codeagent_rl.train import sft as sft_lib
+from configs import hf as hf_config
 from configs import tiny
 from tests.helpers import hf_checkpoints
 
@@ -126,3 +127,19 @@ def test_a_checkpoint_without_its_tokenizer_is_named(qwen_dir, tmp_path):
   (bare / "tokenizer.json").unlink()
   with pytest.raises(experiment.SetupError, match="tokenizer.json"):
     experiment.Experiment.from_config(_config(bare))
+
+
+def test_configs_hf_asks_for_the_checkpoint():
+  config = hf_config.get_config("smoke")
+  with pytest.raises(ValueError, match=r"pass --config\.hf_checkpoint_dir"):
+    experiment.Experiment.from_config(config)
+  with pytest.raises(ValueError, match="unknown preset 'tiny'"):
+    hf_config.get_config("tiny")
+
+
+def test_configs_hf_smoke_takes_a_checkpoint(qwen_dir):
+  config = hf_config.get_config("smoke")
+  config.hf_checkpoint_dir = str(qwen_dir)
+  exp = experiment.Experiment.from_config(config)
+  assert exp.sft.steps == 0 and exp.rl.critic_init == "actor"
+  assert exp.env.render_check == "strict"
