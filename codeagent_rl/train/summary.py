@@ -126,9 +126,16 @@ def make(
           scalars.get(f"eval/{mode}/pass_ab"),
         )
       )
+  # Without SFT steps the run starts from (and its KL reference is) the
+  # Hugging Face checkpoint; nothing is saved under sft/.
+  start = (
+    exp.hf_checkpoint_dir
+    if exp.hf_checkpoint_dir is not None and not exp.sft.steps
+    else str(workdir.sft)
+  )
   locations = {
     "checkpoints": str(workdir.checkpoints),
-    "SFT checkpoint": str(workdir.sft),
+    "SFT checkpoint": start,
     "metrics": str(workdir.metrics),
     "tensorboard": f"tensorboard --logdir={workdir.root}",
   }

@@ -14,6 +14,7 @@ the same ids, and the stitched ids decode to the rendered conversation.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -125,11 +126,19 @@ def documented_run(tmp_path_factory, tasks, qwen_dir):
   )
   first = _run(*command)
   again = _run(*command)
+  humaneval = _run(
+    "codeagent_rl.main",
+    "--config=configs/eval_humaneval.py:hf:smoke",
+    f"--config.hf_checkpoint_dir={qwen_dir}",
+    "--config.humaneval.num_tasks=2",
+    f"--workdir={workdir}",
+    "--sandbox_backend=process",
+  )
   out = workdir.parent / "export"
   exported = _run(
     "codeagent_rl.export_hf", f"--workdir={workdir}", f"--out={out}"
   )
-  return workdir, out, first, again, exported
+  return workdir, out, first, again, humaneval + exported
 
 
 def test_the_documented_command_trains_resumes_and_exports(
@@ -142,9 +151,13 @@ def test_the_documented_command_trains_resumes_and_exports(
   assert all(0.0 <= r["episode/render_mismatch"] <= 1.0 for r in rows)
   assert "it 2/2" in first and "PPO final (greedy)" in first
   assert "it 1/2" not in again  # resumed: nothing trained twice
+  # No SFT: the run started from the checkpoint, its KL reference too.
+  assert re.search(rf"SFT checkpoint:\s+{re.escape(str(qwen_dir))}\n", first)
   saved = json.loads((workdir / "config.json").read_text())
   assert saved["hf_checkpoint_dir"] == str(qwen_dir)
-  assert "PPO iteration 2" in exported
+  assert "evaluating PPO iteration 2" in exported  # HumanEval, then export
+  assert "HumanEval (2 problems, greedy): pass@1" in exported
+  assert "restored the actor of PPO iteration 2" in exported
   # What transformers loads: the trained actor with the checkpoint's
   # tokenizer and template.
   model = transformers.AutoModelForCausalLM.from_pretrained(out)
