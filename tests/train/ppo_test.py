@@ -238,6 +238,7 @@ def test_rollout_metrics_count_stage1_rejected_episodes_as_unsolved():
     batch=pytypes.SimpleNamespace(
       length=np.asarray([10, 20, 30]), truncated=np.zeros(3, bool)
     ),
+    render_ok=None,
   )
   accepted = types.Rewards.from_suites(
     suite_a=np.ones(3, np.float32),
@@ -248,6 +249,10 @@ def test_rollout_metrics_count_stage1_rejected_episodes_as_unsolved():
   )
   scalars, _ = eval_lib.rollout_metrics(rollout, accepted, exp.anticheat)
   assert scalars["reward/pass_a"] == scalars["reward/pass_ab"] == 1.0
+  assert "episode/render_mismatch" not in scalars  # the check was off
+  rollout.render_ok = np.asarray([True, False, True])
+  scalars, _ = eval_lib.rollout_metrics(rollout, accepted, exp.anticheat)
+  assert scalars["episode/render_mismatch"] == pytest.approx(1 / 3)
   # Stage 1 rejects the second by an enforced rule flag, the third by the
   # classifier's score.
   flags = np.zeros((3, features.NUM_FLAGS), bool)
