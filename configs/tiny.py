@@ -198,9 +198,13 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   """Synthetic tasks: six short families at level 1; some flawed demos."""
   data = ml_collections.ConfigDict()
   # JSONL task files (tasks/schema.py) instead of the synthetic splits below;
-  # tasks from a file have no demonstrations (set sft.steps=0).
+  # tasks from a file come without demonstrations (set sft.steps=0, or name
+  # a plans file in data.demonstrations).
   data.train_tasks = ml_collections.config_dict.placeholder(str)
   data.eval_tasks = ml_collections.config_dict.placeholder(str)
+  # Demonstration plans of train tasks (JSONL: task_id, kind, actions),
+  # instead of the generator's; what SFT trains on.
+  data.demonstrations = ml_collections.config_dict.placeholder(str)
   # Train-split tasks (demonstrations and PPO prompts).
   data.num_train_tasks = 1000 if preset == "default" else 48
   # Held-out test-split tasks (parameters never seen in training).

@@ -47,6 +47,10 @@ class DataConfig:
     train_tasks: JSONL task file of the train split (PPO prompts), or None.
       Tasks from a file come without demonstrations (`sft.steps` must be 0).
     eval_tasks: JSONL task file of the held-out split, or None.
+    demonstrations: JSONL of demonstration plans of train tasks
+      (`synthetic.write_demo_plans`' format: task_id, kind, actions), or
+      None; with it, SFT trains on these instead of the synthetic plans
+      (file train tasks need it for `sft.steps` > 0).
     num_train_tasks: synthetic tasks of the train split (SFT demonstrations
       and PPO prompts); unused with `train_tasks`.
     num_eval_tasks: synthetic held-out tasks of the test split (disjoint
@@ -62,6 +66,7 @@ class DataConfig:
 
   train_tasks: str | None
   eval_tasks: str | None
+  demonstrations: str | None
   num_train_tasks: int
   num_eval_tasks: int
   difficulty_weights: tuple[float, ...]
@@ -73,7 +78,7 @@ class DataConfig:
   early_exit: float
 
   def __post_init__(self):
-    for name in ("train_tasks", "eval_tasks"):
+    for name in ("train_tasks", "eval_tasks", "demonstrations"):
       path = getattr(self, name)
       if path is None:
         continue

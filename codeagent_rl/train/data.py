@@ -66,21 +66,44 @@ def _read_split(path: str, field: str) -> list[schema.Task]:
   return tasks
 
 
+def _read_demonstrations(
+  path: str, train: Sequence[schema.Task]
+) -> list[synthetic.DemoPlan]:
+  try:
+    plans = synthetic.read_demo_plans(path)
+  except (synthetic.DemoFormatError, OSError) as e:
+    raise TaskFileError(f"config.data.demonstrations: {e}") from None
+  known = {t.task_id for t in train}
+  unknown = sorted({p.task_id for p in plans} - known)
+  if unknown:
+    raise TaskFileError(
+      f"config.data.demonstrations={path!r}: {len(unknown)} plans name"
+      f" tasks that are not train tasks (e.g. {unknown[:3]})."
+    )
+  if not plans:
+    raise TaskFileError(f"config.data.demonstrations={path!r} holds none.")
+  return plans
+
+
 def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
   """The train tasks with their plans, and the held-out tasks.
 
   Each split is read from its task file (`data.train_tasks`,
-  `data.eval_tasks`) when one is named, else generated; tasks from a file
-  have no demonstration plans.
+  `data.eval_tasks`) when one is named, else generated; the demonstration
+  plans come from `data.demonstrations` when named, else from the
+  generator (tasks from a file have none).
 
   Raises:
-    TaskFileError: a task file is unreadable or malformed (naming the file,
-      line and field), empty, or shares task ids with the other split.
+    TaskFileError: a task or demonstrations file is unreadable or malformed
+      (naming the file, line and field) or empty, the splits share task
+      ids, or a demonstration names a task that is not a train task.
   """
   if data.train_tasks is not None:
     train, plans = _read_split(data.train_tasks, "train_tasks"), []
   else:
     train, plans = synthetic.generate(data.synthetic("train", seed))
+  if data.demonstrations is not None:
+    plans = _read_demonstrations(data.demonstrations, train)
   if data.eval_tasks is not None:
     held_out = _read_split(data.eval_tasks, "eval_tasks")
   else:

@@ -191,12 +191,15 @@ class Experiment:
         f"config.model.vocab_size={self.model.vocab_size}: the tokenizer"
         f" has {vocab} ids."
       )
-    if self.data.train_tasks is not None and self.sft.steps:
-      raise ValueError(
-        f"config.sft.steps={self.sft.steps}: the train tasks come from"
-        f" config.data.train_tasks={self.data.train_tasks!r}, which has no"
-        " demonstrations to train on; set --config.sft.steps=0."
-      )
+    data = self.data
+    if data.train_tasks is not None and data.demonstrations is None:
+      if self.sft.steps:
+        raise ValueError(
+          f"config.sft.steps={self.sft.steps}: the train tasks come from"
+          f" config.data.train_tasks={data.train_tasks!r}, which has no"
+          " demonstrations to train on; set --config.sft.steps=0, or name"
+          " a plans file in --config.data.demonstrations."
+        )
 
   @functools.cached_property
   def conversation(self) -> chat.ConversationFormat:

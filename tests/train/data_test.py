@@ -11,6 +11,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
 from codeagent_rl.tasks import schema
+from codeagent_rl.tasks import synthetic
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import workdir as workdir_lib
@@ -182,4 +183,41 @@ def test_a_task_in_both_splits_is_refused(tmp_path):
   )
   exp = exp_lib.Experiment.from_config(config)
   with pytest.raises(data_lib.TaskFileError, match="in both the train"):
+    data_lib.make_task_sets(exp.data, exp.seed)
+
+
+def test_demonstrations_come_from_a_plans_file(tmp_path):
+  sets = data_lib.make_task_sets(
+    exp_lib.Experiment.from_config(tiny.get_config("smoke")).data, 0
+  )
+  plans = tmp_path / "plans.jsonl"
+  synthetic.write_demo_plans(plans, sets.plans[:3])
+  config = tiny.get_config("smoke")
+  config.data.train_tasks = _write_split(tmp_path / "t.jsonl", sets.train)
+  config.data.demonstrations = str(plans)
+  exp = exp_lib.Experiment.from_config(config)  # sft.steps > 0 is fine now
+  assert exp.sft.steps > 0
+  got = data_lib.make_task_sets(exp.data, exp.seed)
+  assert got.plans == sets.plans[:3]
+
+
+@pytest.mark.parametrize(
+  "line,match",
+  [
+    (
+      '{"task_id": "nope", "kind": "single_turn", "actions": [["submit",'
+      ' "x = 1\\n"]]}\n',
+      "not train tasks",
+    ),
+    ('{"task_id": "a", "kind": "magic", "actions": []}\n', r"plans\.jsonl:1"),
+    ("", "holds none"),
+  ],
+)
+def test_a_bad_plans_file_is_named(tmp_path, line, match):
+  plans = tmp_path / "plans.jsonl"
+  plans.write_text(line)
+  config = tiny.get_config("smoke")
+  config.data.demonstrations = str(plans)
+  exp = exp_lib.Experiment.from_config(config)
+  with pytest.raises(data_lib.TaskFileError, match=match):
     data_lib.make_task_sets(exp.data, exp.seed)

@@ -11,8 +11,12 @@ import jax
 import numpy as np
 import pytest
 
+from codeagent_rl.envs import code_env
 from codeagent_rl.models import chat
 from codeagent_rl.models import hf_import
+from codeagent_rl.tasks import schema
+from codeagent_rl.tasks import synthetic
+from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment
 from codeagent_rl.train import sft as sft_lib
 from configs import hf as hf_config
@@ -143,3 +147,40 @@ def test_configs_hf_smoke_takes_a_checkpoint(qwen_dir):
   exp = experiment.Experiment.from_config(config)
   assert exp.sft.steps == 0 and exp.rl.critic_init == "actor"
   assert exp.env.render_check == "strict"
+
+
+def test_sft_on_a_plans_file_trains_the_checkpoint(
+  qwen_dir, tmp_path, module_pool
+):
+  """Demonstrations rendered in the chat template; SFT moves the weights."""
+  sets = data_lib.make_task_sets(
+    experiment.Experiment.from_config(tiny.get_config("smoke")).data, 0
+  )
+  plans = [p for p in sets.plans if p.kind == "single_turn"][:8]
+  by_id = {t.task_id: t for t in sets.train}
+  train = tmp_path / "train.jsonl"
+  schema.write_tasks(train, [by_id[p.task_id] for p in plans])
+  synthetic.write_demo_plans(tmp_path / "plans.jsonl", plans)
+  config = _config(qwen_dir)
+  config.data.train_tasks = str(train)
+  config.data.demonstrations = str(tmp_path / "plans.jsonl")
+  config.sft.steps = 2
+  exp = experiment.Experiment.from_config(config)
+  task_sets = data_lib.make_task_sets(exp.data, exp.seed)
+  env = code_env.CodeEnv(module_pool, exp.conversation, exp.env)
+  arrays = data_lib.sft_arrays(env, task_sets, tmp_path)
+  fmt = exp.conversation
+  for tokens, valid in zip(arrays["tokens"], arrays["valid"], strict=True):
+    row = tokens[valid].tolist()
+    assert row[-1] == fmt.end_of_turn_id  # the submit ends its turn
+    assert fmt.decode(row).count("<|im_start|>assistant\n") == 1
+  mesh, rules = exp.make_mesh()
+  params, metrics = sft_lib.run_sft(exp, arrays, tmp_path, mesh, rules)
+  assert np.isfinite(metrics["sft/loss"])
+  start = hf_import.load_params(qwen_dir, exp.model)["params"]
+  moved = jax.tree.map(
+    lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
+    jax.device_get(params),
+    jax.device_get(start),
+  )
+  assert max(jax.tree.leaves(moved)) > 0
