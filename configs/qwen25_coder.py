@@ -3,12 +3,15 @@
 `configs/qwen25_coder_0p5b.py` and `configs/qwen25_coder_7b.py` call
 `get_qwen25_coder_config` with the sizes from their checkpoints'
 config.json (the names in parentheses below) and their own remat policy.
-This module is no experiment: it has no `get_config`.
+The other sections are configs/hf.py's default preset: PPO with a critic
+on the checkpoint in `hf_checkpoint_dir`, whose config.json must agree
+with the sizes written here (the trainer checks). This module is no
+experiment: it has no `get_config`.
 """
 
 import ml_collections
 
-from configs import common
+from configs import hf
 
 
 def get_qwen25_coder_config(
@@ -39,14 +42,13 @@ def get_qwen25_coder_config(
       (tie_word_embeddings).
     remat: what the backward pass recomputes (`model.remat`).
   """
-  config = ml_collections.ConfigDict()
-  # Seed of the value head, data order and sampling.
-  config.seed = 0
+  # The trainer's sections, the checkpoint directory among them (the user
+  # sets it: config.json + safetensors + tokenizer files).
+  config = hf.get_config()
+  config.unlock()
+  config.preset = hf_model_id
   # Hugging Face name of the checkpoint, for the record; never fetched.
   config.hf_model_id = hf_model_id
-  # Local directory of that checkpoint (config.json + safetensors); the
-  # user sets it. Its config.json must match `model` (hf_import checks).
-  config.hf_checkpoint_dir = ml_collections.config_dict.placeholder(str)
 
   model = ml_collections.ConfigDict()
   # Token ids (config.json vocab_size; padded beyond the tokenizer's).
@@ -83,15 +85,5 @@ def get_qwen25_coder_config(
   model.init_std = 0.02
   config.model = model
 
-  # Advantage estimation, PPO losses and KL; defaults in configs/common.py.
-  config.rl = common.get_rl_config()
-  # Device mesh and logical-axis rules; defaults in configs/common.py.
-  config.mesh = common.get_mesh_config()
-  # Optimisers (the recipe's 1e-6 actor / 5e-6 critic); configs/common.py.
-  config.optim = common.get_optim_config()
-  # Checkpoints; defaults in configs/common.py.
-  config.checkpoint = common.get_checkpoint_config()
-  # The limits of a job in the sandbox; defaults in configs/common.py.
-  config.sandbox = common.get_sandbox_config()
   config.lock()
   return config

@@ -6,17 +6,16 @@ its config.json on the Hugging Face hub (Qwen2ForCausalLM: hidden 896,
 151936, rope_theta 1e6, RMSNorm eps 1e-6, tied embeddings, qkv bias) and its
 model card (0.49B parameters, 0.36B without the embedding).
 tests/models/hf_import_test.py checks these fields against that config.json
-and the parameter count against 0.49B. The rl, mesh, optim and checkpoint
-sections are the defaults of configs/common.py.
+and the parameter count against 0.49B.
 
-This is no training experiment yet: `codeagent_rl.main` rejects it (it
-lacks the trainer's other sections), and the trainer cannot start from a
-Hugging Face checkpoint; that is future work, and nothing in the library
-reads `hf_checkpoint_dir` yet. Today the config gives the model code, the
-sharding and the import tests a real size, and from a notebook
-`codeagent_rl.models.hf_import.load_params` reads a local checkpoint
-directory (config.json and *.safetensors) into this model's parameters.
-Nothing is downloaded.
+Train it with PPO (the other sections are configs/hf.py's default):
+
+    python -m codeagent_rl.main --config=configs/qwen25_coder_0p5b.py \
+      --config.hf_checkpoint_dir=DIR --config.data.train_tasks=TRAIN.jsonl \
+      --config.data.eval_tasks=EVAL.jsonl --workdir=W
+
+DIR is the local checkpoint (config.json, *.safetensors, tokenizer files);
+its config.json must agree with the sizes here. Nothing is downloaded.
 """
 
 import ml_collections

@@ -7,17 +7,16 @@ its config.json on the Hugging Face hub (Qwen2ForCausalLM: hidden 3584,
 its model card (7.61B parameters, 6.53B without the embeddings).
 tests/models/hf_import_test.py checks these fields against that config.json
 and the parameter count against 7.61B. Its float32 parameters take 30 GB
-per model, sharded over the mesh. The rl, mesh, optim and checkpoint
-sections are the defaults of configs/common.py.
+per model, sharded over the mesh.
 
-This is no training experiment yet: `codeagent_rl.main` rejects it (it
-lacks the trainer's other sections), and the trainer cannot start from a
-Hugging Face checkpoint; that is future work, and nothing in the library
-reads `hf_checkpoint_dir` yet. Today the config gives the model code, the
-sharding and the import tests a real size, and from a notebook
-`codeagent_rl.models.hf_import.load_params` reads a local checkpoint
-directory (config.json and *.safetensors shards) into this model's
-parameters, each straight into its sharding. Nothing is downloaded.
+Train it with PPO (the other sections are configs/hf.py's default):
+
+    python -m codeagent_rl.main --config=configs/qwen25_coder_7b.py \
+      --config.hf_checkpoint_dir=DIR --config.data.train_tasks=TRAIN.jsonl \
+      --config.data.eval_tasks=EVAL.jsonl --workdir=W
+
+DIR is the local checkpoint (config.json, *.safetensors, tokenizer files);
+its config.json must agree with the sizes here. Nothing is downloaded.
 """
 
 import ml_collections

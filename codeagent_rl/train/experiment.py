@@ -48,8 +48,9 @@ _SECTIONS = {
 }
 
 
-# Top-level fields a trainer config may leave out.
-_OPTIONAL = ("hf_checkpoint_dir",)
+# Top-level fields a trainer config may leave out (hf_model_id: the hub
+# name of the checkpoint, for the record).
+_OPTIONAL = ("hf_checkpoint_dir", "hf_model_id")
 # Fields of config.model that a Hugging Face checkpoint does not fix.
 HF_FREE_MODEL_FIELDS = ("dtype", "param_dtype", "remat")
 

@@ -13,13 +13,17 @@ import pytest
 
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import chat
+from codeagent_rl.models import hf_export
 from codeagent_rl.models import hf_import
+from codeagent_rl.models import transformer
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment
 from codeagent_rl.train import sft as sft_lib
 from configs import hf as hf_config
+from configs import qwen25_coder_0p5b
+from configs import qwen25_coder_7b
 from configs import tiny
 from tests.helpers import hf_checkpoints
 
@@ -184,3 +188,28 @@ def test_sft_on_a_plans_file_trains_the_checkpoint(
     jax.device_get(start),
   )
   assert max(jax.tree.leaves(moved)) > 0
+
+
+@pytest.mark.parametrize("module,other", [(qwen25_coder_0p5b, qwen25_coder_7b)])
+def test_the_qwen_configs_train_a_checkpoint_of_their_size(
+  tmp_path, module, other
+):
+  """What a user with the real checkpoint runs (its files, not weights)."""
+
+  def checkpoint(name, config):
+    path = tmp_path / name
+    path.mkdir()
+    model = transformer.TransformerConfig.from_config(config.model)
+    hf_json = hf_export.hf_config_from(model, "qwen2")
+    (path / "config.json").write_text(json.dumps(hf_json))
+    hf_checkpoints.chat_tokenizer().save_pretrained(path)
+    return str(path)
+
+  config = module.get_config()
+  config.hf_checkpoint_dir = checkpoint("same", config)
+  exp = experiment.Experiment.from_config(config)
+  assert exp.model == transformer.TransformerConfig.from_config(config.model)
+  assert exp.hf_checkpoint_dir == config.hf_checkpoint_dir
+  config.hf_checkpoint_dir = checkpoint("other", other.get_config())
+  with pytest.raises(ValueError, match=r"config\.model\.embed_dim=896 but"):
+    experiment.Experiment.from_config(config)
