@@ -212,6 +212,14 @@ class PPOConfig:
       `env.max_total_tokens`), so few shapes compile and short batches stay
       cheap.
     eval_every: iterations between evaluations (the last one always runs).
+    value_pretrain_iterations: before the first PPO iteration, at most this
+      many rounds that regress the critic on Monte-Carlo returns (lambda 1)
+      of rollouts of the frozen SFT policy (VAPO's value pre-training);
+      0: none. Only with a critic.
+    value_pretrain_patience: value pre-training stops once the explained
+      variance gained over this many rounds is below
+      `value_pretrain_min_gain` (it has levelled off).
+    value_pretrain_min_gain: see `value_pretrain_patience`.
   """
 
   iterations: int
@@ -224,9 +232,24 @@ class PPOConfig:
   skip_actor_on_flat_rewards: bool
   length_bucket: int
   eval_every: int
+  value_pretrain_iterations: int
+  value_pretrain_patience: int
+  value_pretrain_min_gain: float
 
   def __post_init__(self):
-    _int_at_least("ppo", self, ("critic_warmup_iterations",), low=0)
+    _int_at_least(
+      "ppo",
+      self,
+      ("critic_warmup_iterations", "value_pretrain_iterations"),
+      low=0,
+    )
+    _int_at_least("ppo", self, ("value_pretrain_patience",), low=1)
+    gain = self.value_pretrain_min_gain
+    if type(gain) not in (int, float) or not 0 <= gain < math.inf:
+      raise ValueError(
+        f"config.ppo.value_pretrain_min_gain={gain!r}: must be a finite"
+        " number >= 0."
+      )
     if type(self.skip_actor_on_flat_rewards) is not bool:
       raise ValueError(
         "config.ppo.skip_actor_on_flat_rewards="

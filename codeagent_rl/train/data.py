@@ -118,16 +118,25 @@ def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
   return TaskSets(tuple(train), tuple(held_out), tuple(plans))
 
 
+# Salts of the prompt draws: PPO iterations, value pre-training rounds.
+PPO_PROMPTS = 0x5EED
+VALUE_PRETRAIN_PROMPTS = 0x7A1E
+
+
 def iteration_prompts(
-  tasks: Sequence[schema.Task], seed: int, iteration: int, num_prompts: int
+  tasks: Sequence[schema.Task],
+  seed: int,
+  iteration: int,
+  num_prompts: int,
+  salt: int = PPO_PROMPTS,
 ) -> list[schema.Task]:
-  """The prompts of one PPO iteration.
+  """The prompts of one PPO iteration (or value pre-training round).
 
   Drawn without replacement within an iteration (with replacement across
-  iterations), from a generator seeded by (seed, iteration) only, so a
-  resumed run draws the same prompts.
+  iterations), from a generator seeded by (seed, iteration, salt) only, so
+  a resumed run draws the same prompts.
   """
-  rng = np.random.default_rng([seed, iteration, 0x5EED])
+  rng = np.random.default_rng([seed, iteration, salt])
   picks = rng.choice(len(tasks), size=num_prompts, replace=False)
   return [tasks[index] for index in picks.tolist()]
 

@@ -33,7 +33,7 @@ from codeagent_rl.parallel import transfers
 # them in range.
 MAX_SEED = transfers.MAX_INDEX
 
-STREAMS = ("sft", "sft_eval", "ppo", "eval_job")
+STREAMS = ("sft", "sft_eval", "ppo", "eval_job", "value_pretrain")
 
 
 def stream(seed: int, name: str) -> jax.Array:
@@ -78,6 +78,13 @@ def ppo_iteration(seed: int, iteration: int) -> dict[str, jax.Array]:
   it = transfers.fold_in(transfers.fold_in(ppo(seed), 1), iteration)
   rollout, update, evaluation = jax.random.split(it, 3)
   return {"rollout": rollout, "update": update, "eval": evaluation}
+
+
+def value_pretrain(seed: int, step: int) -> dict[str, jax.Array]:
+  """Keys of value pre-training round `step`: "rollout", "update"."""
+  it = transfers.fold_in(stream(seed, "value_pretrain"), step)
+  rollout, update = jax.random.split(it, 2)
+  return {"rollout": rollout, "update": update}
 
 
 def epoch(update: jax.Array, epoch_index: jax.Array) -> jax.Array:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
 import functools
+import json
 import pathlib
 import signal
 import threading
@@ -206,6 +207,12 @@ class Learner:
     )
     self.values = jax.jit(functools.partial(steps.critic_values, model=critic))
     self.targets = jax.jit(functools.partial(steps.targets, rl=exp.rl))
+    # Value pre-training regresses the critic on Monte-Carlo returns:
+    # lambda 1 (VAPO), whatever lambda the policy's advantages use.
+    monte_carlo = dataclasses.replace(
+      exp.rl, advantage=dataclasses.replace(exp.rl.advantage, lam=1.0)
+    )
+    self._mc_targets = jax.jit(functools.partial(steps.targets, rl=monte_carlo))
     self.explained_variance = jax.jit(losses.explained_variance)
     self._no_values = jax.jit(steps.no_values)
     self._bootstrap = jax.jit(steps.bootstrap_values)
@@ -277,6 +284,7 @@ class Learner:
     *,
     index: int,
     timer: metrics_lib.PhaseTimer | None = None,
+    value_only: bool = False,
   ) -> tuple[States, Metrics]:
     """Steps 1-7 of the module docstring.
 
@@ -286,6 +294,8 @@ class Learner:
       rng: the iteration's keys (`keys.ppo_iteration`): "rollout", "update".
       index: the iteration's 0-based index (critic warm-up).
       timer: where the phases' times go.
+      value_only: a value pre-training round: the actor stays frozen and
+        the critic regresses on Monte-Carlo returns (lambda 1).
 
     Returns:
       (actor, critic) after the update, and the iteration's metrics.
@@ -314,7 +324,13 @@ class Learner:
       rewards, ac_scalars = self.anticheat.rollout_rewards(rollout.episodes)
     total = np.asarray(jax.device_get(rewards.total), np.float32)
     states, scalars = self.update(
-      states, rollout.batch, total, index, rng["update"], timer
+      states,
+      rollout.batch,
+      total,
+      index,
+      rng["update"],
+      timer,
+      value_only=value_only,
     )
     episode_scalars, histograms = eval_lib.rollout_metrics(
       rollout, rewards, self.exp.anticheat
@@ -335,6 +351,8 @@ class Learner:
     index: int,
     rng: jax.Array,
     timer: metrics_lib.PhaseTimer,
+    *,
+    value_only: bool = False,
   ) -> tuple[States, dict[str, float]]:
     """Steps 4-6 of the module docstring on one iteration's rollouts.
 
@@ -345,6 +363,7 @@ class Learner:
       index: the iteration's 0-based index.
       rng: the iteration's update key.
       timer: where the phases' times go.
+      value_only: train only the critic, on Monte-Carlo returns.
 
     Returns:
       The updated states and the update's scalars.
@@ -357,9 +376,9 @@ class Learner:
         `jax.transfer_guard("disallow")`.
     """
     with jax.transfer_guard("disallow"):
-      return self._update(states, batch, total, index, rng, timer)
+      return self._update(states, batch, total, index, rng, timer, value_only)
 
-  def _update(self, states, batch, total, index, rng, timer):
+  def _update(self, states, batch, total, index, rng, timer, value_only):
     exp = self.exp
     actor, critic = states
     host = _trim(batch, exp.ppo.length_bucket)
@@ -376,7 +395,8 @@ class Learner:
       else:
         values, after_last = self._no_values(old_logp)
       bootstrap = self._bootstrap(arrays["truncated"], after_last)
-      advantages, returns, metrics = self.targets(
+      targets = self._mc_targets if value_only else self.targets
+      advantages, returns, metrics = targets(
         arrays["total"],
         arrays["trainable"],
         old_logp,
@@ -401,7 +421,7 @@ class Learner:
           values, returns, arrays["trainable"]
         )
       metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    after_warmup = actor_trains(exp, index)
+    after_warmup = actor_trains(exp, index) and not value_only
     flat = rewards_are_flat(host["total"])
     skip_flat = exp.ppo.skip_actor_on_flat_rewards and flat
     train_actor = after_warmup and not skip_flat
@@ -511,6 +531,12 @@ def run_ppo(
         logging.info(
           "PPO: resumed at iteration %d from %s", start, ckpt.directory
         )
+      if (
+        start == 0 and critic is not None and exp.ppo.value_pretrain_iterations
+      ):
+        actor, critic = pretrain_value(
+          learner, (actor, critic), train_tasks, paths.value_pretrain, console
+        )
       done = start
       for it in range(start, total_iterations):
         timer = metrics_lib.PhaseTimer()
@@ -566,6 +592,77 @@ def run_ppo(
     last_eval=last_eval,
     stopped_early=done < total_iterations,
   )
+
+
+# What a value pre-training round records (`value_pretrain.jsonl`).
+_PRETRAIN_SCALARS = (
+  "loss/critic",
+  "critic/explained_variance",
+  "critic/value_mean",
+  "return/mean",
+  "reward/total_mean",
+  "grad_norm/critic",
+)
+
+
+def pretrain_value(
+  learner: Learner,
+  states: States,
+  train_tasks: Sequence[schema.Task],
+  path: pathlib.Path,
+  console: Callable[[str], None] = print,
+) -> States:
+  """VAPO's value pre-training, before the first PPO iteration.
+
+  Each round rolls out the frozen SFT policy on its own prompts and keys
+  (`keys.value_pretrain`, `data.VALUE_PRETRAIN_PROMPTS`: PPO's draws stay
+  as they are) and regresses the critic on Monte-Carlo returns. Rounds stop
+  at `ppo.value_pretrain_iterations`, or once the explained variance (of
+  the values before each round's update) gained less than
+  `ppo.value_pretrain_min_gain` over `ppo.value_pretrain_patience` rounds.
+  One JSON line per round goes to `path`, written when pre-training ends;
+  an interrupted pre-training starts again (PPO's first checkpoint holds
+  its critic).
+
+  Returns:
+    (actor, critic): the actor as it was, the pre-trained critic.
+  """
+  exp = learner.exp
+  cfg = exp.ppo
+  rows, evs = [], []
+  for k in range(cfg.value_pretrain_iterations):
+    prompts = data_lib.iteration_prompts(
+      train_tasks,
+      exp.seed,
+      k,
+      cfg.prompts_per_iteration,
+      salt=data_lib.VALUE_PRETRAIN_PROMPTS,
+    )
+    states, metrics = learner.iteration(
+      states,
+      prompts,
+      keys.value_pretrain(exp.seed, k),
+      index=0,
+      value_only=True,
+    )
+    scalars = metrics.scalars
+    row = {"round": k, **{n: scalars.get(n) for n in _PRETRAIN_SCALARS}}
+    rows.append(row)
+    evs.append(scalars.get("critic/explained_variance", float("nan")))
+    console(
+      f"value pretrain {k + 1}/{cfg.value_pretrain_iterations} | critic"
+      f" {row['loss/critic']:.2e} | explained variance {evs[-1]:.3f}"
+    )
+    patience = cfg.value_pretrain_patience
+    if len(evs) > patience and not (
+      evs[-1] - evs[-1 - patience] >= cfg.value_pretrain_min_gain
+    ):
+      logging.info("value pre-training: levelled off after %d rounds", k + 1)
+      break
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  tmp.replace(path)
+  return states
 
 
 def writer_history(workdir: pathlib.Path) -> list[dict]:

@@ -29,6 +29,7 @@ SFT_DATA = "sft_data.npz"
 SFT_DIR = "sft"
 PPO_DIR = "checkpoints"
 METRICS = "metrics.jsonl"
+VALUE_PRETRAIN = "value_pretrain.jsonl"
 TENSORBOARD = "tensorboard"
 EVAL_SFT = "eval_sft.json"
 EVAL_FINAL = "eval_final.json"
@@ -54,6 +55,7 @@ class Workdir:
     self.sft = self.root / SFT_DIR
     self.checkpoints = self.root / PPO_DIR
     self.metrics = self.root / METRICS
+    self.value_pretrain = self.root / VALUE_PRETRAIN
     self.tensorboard = self.root / TENSORBOARD
     self.eval_sft = self.root / EVAL_SFT
     self.eval_final = self.root / EVAL_FINAL

@@ -151,6 +151,13 @@ def test_the_documented_command_trains_resumes_and_exports(
   assert all(0.0 <= r["episode/render_mismatch"] <= 1.0 for r in rows)
   assert "it 2/2" in first and "PPO final (greedy)" in first
   assert "it 1/2" not in again  # resumed: nothing trained twice
+  # Value pre-training ran before PPO, once (the resumed run skips it).
+  assert "value pretrain 2/2" in first and "value pretrain" not in again
+  pretrain = [
+    json.loads(line) for line in open(workdir / "value_pretrain.jsonl")
+  ]
+  assert [r["round"] for r in pretrain] == [0, 1]
+  assert all(np.isfinite(r["loss/critic"]) for r in pretrain)
   # No SFT: the run started from the checkpoint, its KL reference too.
   assert re.search(rf"SFT checkpoint:\s+{re.escape(str(qwen_dir))}\n", first)
   saved = json.loads((workdir / "config.json").read_text())

@@ -39,6 +39,9 @@ def run_keys(seed: int) -> dict[str, jax.Array]:
   out.update(_eval_keys("sft_eval", keys.sft_eval(seed)))
   out.update(_eval_keys("eval_job", keys.eval_job(seed)))
   out["ppo/init"] = keys.ppo_init(seed)
+  for k in range(ITERATIONS):
+    for name, key in keys.value_pretrain(seed, k).items():
+      out[f"value_pretrain/{k}/{name}"] = key
   for it in range(ITERATIONS):
     it_keys = keys.ppo_iteration(seed, it)
     out[f"ppo/it{it}/rollout"] = it_keys["rollout"]
@@ -80,7 +83,14 @@ def test_seeds_differ_in_every_stream(seed0):
 
 
 def test_the_streams_are_named_and_stable():
-  assert keys.STREAMS == ("sft", "sft_eval", "ppo", "eval_job")
+  # Appended streams leave the keys of the others as they were.
+  assert keys.STREAMS == (
+    "sft",
+    "sft_eval",
+    "ppo",
+    "eval_job",
+    "value_pretrain",
+  )
   assert _data(keys.ppo(3)) == _data(keys.stream(3, "ppo"))
   assert _data(keys.sft_eval(3)) == _data(keys.stream(3, "sft_eval"))
   with pytest.raises(ValueError, match="no key stream 'critic'"):

@@ -352,3 +352,52 @@ def test_an_iteration_makes_only_explicit_transfers(
   assert int(jax.device_get(actor.step)) == updates * trained
   # Outside the block the process-wide default is back.
   assert jax.config.jax_transfer_guard_host_to_device is None
+
+
+def test_value_pretraining_freezes_the_actor(learner, params):
+  """A value-only update: the critic regresses, the actor does not move."""
+  sft_params, ref_params = params
+  states = learner.initial_states(sft_params, jax.random.key(1))
+  before = jax.device_get((states[0].params, states[1].params))
+  batch, total = _rollout([0.0] * (BATCH - 1) + [1.0])
+  learner.ref_params = jax.device_put(ref_params, learner.shardings[0].params)
+  (actor, critic), metrics = learner.update(
+    states,
+    batch,
+    total,
+    5,  # past any warm-up: only value_only freezes the actor
+    jax.random.key(3),
+    metrics_lib.PhaseTimer(),
+    value_only=True,
+  )
+  assert _moved(before[0], actor.params) == 0.0
+  assert _moved(before[1], critic.params) > 0.0
+  assert metrics["policy/actor_trained"] == 0.0
+  assert np.isfinite(metrics["loss/critic"])
+
+
+def test_value_pretraining_targets_are_monte_carlo_returns(learner):
+  """lambda 1: every trainable token's return is the episode's reward."""
+  assert learner.exp.rl.advantage.lam < 1.0  # the policy's GAE differs
+  batch, total = _rollout([0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 0.75, 0.5])
+  rng = np.random.default_rng(0)
+  logp = np.zeros(batch.tokens.shape, np.float32)  # no KL: only the score
+  values = rng.standard_normal(batch.tokens.shape).astype(np.float32)
+  args = jax.device_put(
+    (
+      total,
+      batch.trainable,
+      logp,
+      logp,
+      values,
+      batch.truncated,
+      np.zeros(BATCH, np.float32),
+      batch.group_id,
+    )
+  )
+  _, mc_returns, _ = jax.device_get(learner._mc_targets(*args))
+  _, gae_returns, _ = jax.device_get(learner.targets(*args))
+  mask = batch.trainable
+  want = np.broadcast_to(total[:, None], mask.shape)
+  np.testing.assert_allclose(mc_returns[mask], want[mask], atol=1e-6)
+  assert np.abs(gae_returns[mask] - want[mask]).max() > 0.1
