@@ -41,7 +41,6 @@ from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
 import functools
-import json
 import pathlib
 import signal
 import threading
@@ -69,6 +68,7 @@ from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import keys
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import steps
+from codeagent_rl.train import value_pretrain
 from codeagent_rl.train import workdir as workdir_lib
 
 # (actor, critic): the critic is None for critic-free estimators.
@@ -534,7 +534,7 @@ def run_ppo(
       if (
         start == 0 and critic is not None and exp.ppo.value_pretrain_iterations
       ):
-        actor, critic = pretrain_value(
+        actor, critic = value_pretrain.pretrain_value(
           learner, (actor, critic), train_tasks, paths.value_pretrain, console
         )
       done = start
@@ -592,77 +592,6 @@ def run_ppo(
     last_eval=last_eval,
     stopped_early=done < total_iterations,
   )
-
-
-# What a value pre-training round records (`value_pretrain.jsonl`).
-_PRETRAIN_SCALARS = (
-  "loss/critic",
-  "critic/explained_variance",
-  "critic/value_mean",
-  "return/mean",
-  "reward/total_mean",
-  "grad_norm/critic",
-)
-
-
-def pretrain_value(
-  learner: Learner,
-  states: States,
-  train_tasks: Sequence[schema.Task],
-  path: pathlib.Path,
-  console: Callable[[str], None] = print,
-) -> States:
-  """VAPO's value pre-training, before the first PPO iteration.
-
-  Each round rolls out the frozen SFT policy on its own prompts and keys
-  (`keys.value_pretrain`, `data.VALUE_PRETRAIN_PROMPTS`: PPO's draws stay
-  as they are) and regresses the critic on Monte-Carlo returns. Rounds stop
-  at `ppo.value_pretrain_iterations`, or once the explained variance (of
-  the values before each round's update) gained less than
-  `ppo.value_pretrain_min_gain` over `ppo.value_pretrain_patience` rounds.
-  One JSON line per round goes to `path`, written when pre-training ends;
-  an interrupted pre-training starts again (PPO's first checkpoint holds
-  its critic).
-
-  Returns:
-    (actor, critic): the actor as it was, the pre-trained critic.
-  """
-  exp = learner.exp
-  cfg = exp.ppo
-  rows, evs = [], []
-  for k in range(cfg.value_pretrain_iterations):
-    prompts = data_lib.iteration_prompts(
-      train_tasks,
-      exp.seed,
-      k,
-      cfg.prompts_per_iteration,
-      salt=data_lib.VALUE_PRETRAIN_PROMPTS,
-    )
-    states, metrics = learner.iteration(
-      states,
-      prompts,
-      keys.value_pretrain(exp.seed, k),
-      index=0,
-      value_only=True,
-    )
-    scalars = metrics.scalars
-    row = {"round": k, **{n: scalars.get(n) for n in _PRETRAIN_SCALARS}}
-    rows.append(row)
-    evs.append(scalars.get("critic/explained_variance", float("nan")))
-    console(
-      f"value pretrain {k + 1}/{cfg.value_pretrain_iterations} | critic"
-      f" {row['loss/critic']:.2e} | explained variance {evs[-1]:.3f}"
-    )
-    patience = cfg.value_pretrain_patience
-    if len(evs) > patience and not (
-      evs[-1] - evs[-1 - patience] >= cfg.value_pretrain_min_gain
-    ):
-      logging.info("value pre-training: levelled off after %d rounds", k + 1)
-      break
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-  tmp.replace(path)
-  return states
 
 
 def writer_history(workdir: pathlib.Path) -> list[dict]:
