@@ -377,7 +377,7 @@ def test_value_pretraining_freezes_the_actor(learner, params):
 
 
 def test_value_pretraining_targets_are_monte_carlo_returns(learner):
-  """lambda 1: every trainable token's return is the episode's reward."""
+  """With lambda 1 every trainable token's return is the episode's reward."""
   assert learner.exp.rl.advantage.lam < 1.0  # the policy's GAE differs
   batch, total = _rollout([0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 0.75, 0.5])
   rng = np.random.default_rng(0)
