@@ -323,20 +323,26 @@ def render_matches(
   ids: Sequence[int],
   mode: str,
 ) -> bool:
-  """Whether an episode's ids equal the full render of its messages.
+  """Whether an episode's ids equal the full render of its messages."""
+  return chat.check_episode(fmt, episode_messages(fmt, state), ids, mode)
 
-  The messages are the prompt's system and task text, each action's text
-  and the observations that were appended (all but a final one).
+
+def episode_messages(
+  fmt: chat.ConversationFormat, state: code_env.EpisodeState
+) -> list[dict[str, str]]:
+  """A finished episode's chat messages, as its row's ids hold them.
+
+  The prompt's system and task text, each action's text and the
+  observations that were appended (all but a final one).
   """
   turns = state.turns
-  messages = chat.episode_messages(
+  return chat.episode_messages(
     fmt,
     protocol.REMINDER,
     protocol.task_text(state.task),
     [t.action_text for t in turns],
     [t.observation.body for t in turns[:-1]],
   )
-  return chat.check_episode(fmt, messages, ids, mode)
 
 
 def _to_batch(rows, states, group_ids, cfg, pad_id) -> types.TrajectoryBatch:

@@ -13,6 +13,7 @@ from codeagent_rl.rl import gae
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.tasks import schema
 from tests.helpers import models
+from tests.helpers import policies
 
 TOK = tokenizer_lib.ByteTokenizer()
 ENV = code_env.EnvConfig(
@@ -212,7 +213,7 @@ def test_sampler_policy_drives_the_transformer(env):
   )
   tasks = [_task("a"), _task("b")]
   prompt_len = max(len(small_env.reset(t).prompt_ids) for t in tasks)
-  policy = _LogProbRecorder(
+  policy = policies.LogProbRecorder(
     agent_loop.SamplerPolicy(
       sampler,
       params,
@@ -244,37 +245,6 @@ def test_sampler_policy_drives_the_transformer(env):
   np.testing.assert_allclose(
     np.asarray(taken)[trainable[:, 1:]], lp[:, 1:][trainable[:, 1:]], atol=2e-4
   )
-
-
-class _LogProbRecorder:
-  """A policy that keeps the log-prob of every token the inner one samples."""
-
-  def __init__(self, inner):
-    self.inner = inner
-    self.log_probs = []
-
-  def begin(self, prompts):
-    self.log_probs = [[] for _ in prompts]
-    self.inner.begin(prompts)
-
-  def generate(self, budgets, rng):
-    out = self.inner.generate(budgets, rng)
-    for row, (_, logp) in zip(self.log_probs, out, strict=True):
-      row.extend(logp)
-    return out
-
-  def observe(self, observations):
-    self.inner.observe(observations)
-
-  def end(self):
-    self.inner.end()
-
-  def on_tokens(self, trainable):
-    """[B, T] the recorded log-probs at the trainable positions, else 0."""
-    out = np.zeros(trainable.shape, np.float32)
-    for i, row in enumerate(self.log_probs):
-      out[i, trainable[i]] = row
-    return out
 
 
 class _GatedPool:

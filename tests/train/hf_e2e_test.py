@@ -25,7 +25,6 @@ import torch
 import transformers
 
 from codeagent_rl.envs import code_env
-from codeagent_rl.envs import protocol
 from codeagent_rl.models import chat
 from codeagent_rl.models import hf_import
 from codeagent_rl.rollout import agent_loop
@@ -34,6 +33,7 @@ from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment
 from configs import hf as hf_config
 from tests.helpers import hf_checkpoints
+from tests.helpers import policies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 MBPP = [
@@ -185,7 +185,7 @@ def _rollout(checkpoint, train_file, pool):
   tasks = schema.read_tasks(train_file)
   sampler = eval_lib.make_sampler(exp, exp.sampling.temperature)
   longest = max(len(env.reset(t).prompt_ids) for t in tasks)
-  policy = _Recorder(
+  policy = policies.LogProbRecorder(
     agent_loop.SamplerPolicy(
       sampler, params, fmt, agent_loop.cache_len_for(exp.env, longest, fmt)
     )
@@ -194,30 +194,6 @@ def _rollout(checkpoint, train_file, pool):
     env, policy, tasks, list(range(len(tasks))), jax.random.key(7)
   )
   return exp, rollout, policy.log_probs
-
-
-class _Recorder:
-  """A policy that keeps the log-prob of every token the inner one samples."""
-
-  def __init__(self, inner):
-    self.inner = inner
-    self.log_probs = []
-
-  def begin(self, prompts):
-    self.log_probs = [[] for _ in prompts]
-    self.inner.begin(prompts)
-
-  def generate(self, budgets, rng):
-    out = self.inner.generate(budgets, rng)
-    for row, (_, logp) in zip(self.log_probs, out, strict=True):
-      row.extend(logp)
-    return out
-
-  def observe(self, observations):
-    self.inner.observe(observations)
-
-  def end(self):
-    self.inner.end()
 
 
 @pytest.mark.parametrize("model_type", ["qwen2", "llama"])
@@ -258,14 +234,7 @@ def test_stitched_ids_decode_to_the_rendered_conversation(
   batch = rollout.batch
   for row, episode in enumerate(rollout.episodes):
     ids = batch.tokens[row, : batch.length[row]].tolist()
-    turns = episode.turns
-    messages = chat.episode_messages(
-      fmt,
-      protocol.REMINDER,
-      protocol.task_text(episode.task),
-      [t.action_text for t in turns],
-      [t.observation.body for t in turns[:-1]],
-    )
+    messages = agent_loop.episode_messages(fmt, episode)
     rendered = tok.apply_chat_template(messages, tokenize=False)
     text = tok.decode(ids)
     if not text.endswith("<|im_end|>"):
