@@ -66,7 +66,8 @@ def get_rl_config() -> ml_collections.ConfigDict:
   rl.kl.estimator = "k1"
   # How the critic starts: "actor" (a copy of the SFT actor's trunk plus a
   # fresh value head, as InstructGPT initialises from the reward model and
-  # most PPO-for-LM recipes from the policy) or "random".
+  # most PPO-for-LM recipes from the policy; with `critic.checkpoint_dir`,
+  # that checkpoint's trunk) or "random".
   rl.critic_init = "actor"
   return rl
 

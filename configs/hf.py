@@ -10,7 +10,9 @@ DIR is a Llama or Qwen2 checkpoint as `save_pretrained` writes it
 chat template, generation_config.json); nothing is downloaded. The model's
 dimensions come from DIR/config.json; the actor and the frozen KL reference
 start from its weights, the critic from a copy of its trunk with a zero
-value head (`rl.critic_init = "actor"`). Episodes are chat conversations in
+value head (`rl.critic_init = "actor"`), or from the trunk of another
+checkpoint with the same tokenizer (`--config.critic.checkpoint_dir=DIR2`,
+e.g. a smaller model of the family). Episodes are chat conversations in
 the checkpoint's own template: the task is the user message, each action an
 assistant message, each observation a user message. Task files are JSONL in
 the task schema (`python -m codeagent_rl.tasks.convert` writes them from
@@ -49,6 +51,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Local directory of the checkpoint; required.
   config.hf_checkpoint_dir = ml_collections.config_dict.placeholder(str)
   config.rl = common.get_rl_config()
+  # Another checkpoint with the same tokenizer (e.g. a smaller model of the
+  # family) for the critic's trunk; unset: a copy of the actor's.
+  config.critic = ml_collections.ConfigDict()
+  config.critic.checkpoint_dir = ml_collections.config_dict.placeholder(str)
   # The model's architecture comes from the checkpoint's config.json; these
   # are the fields it does not fix.
   config.model = ml_collections.ConfigDict()

@@ -101,6 +101,30 @@ class Checkpoint:
   eos_ids: tuple[int, ...]
 
 
+def vocabulary(path: str | os.PathLike) -> dict[str, int]:
+  """Token text -> id of a checkpoint's tokenizer.json, added tokens included.
+
+  Two checkpoints share a tokenizer for the trainer when these are equal
+  (a critic from another checkpoint reads the actor's token ids).
+
+  Raises:
+    FileNotFoundError: the directory has no tokenizer.json.
+    ValueError: tokenizer.json cannot be read.
+  """
+  tokenizers = _import("tokenizers")
+  tok_path = os.path.join(os.fspath(path), TOKENIZER_FILE)
+  if not os.path.isfile(tok_path):
+    raise FileNotFoundError(
+      f"{tok_path} does not exist: the checkpoint's tokenizer is needed to"
+      " check that it reads the same token ids."
+    )
+  try:
+    tok = tokenizers.Tokenizer.from_file(tok_path)
+  except Exception as e:  # tokenizers raises its own Exception subclass
+    raise ValueError(f"{tok_path}: not a tokenizers file ({e}).") from None
+  return tok.get_vocab(with_added_tokens=True)
+
+
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
   """Reads the tokenizer files of a Hugging Face checkpoint directory.
 

@@ -198,8 +198,13 @@ def _init_boxed_params(model: nn.Module, rng: jax.Array) -> Any:
     return model.init(rng, tokens, positions, valid)["params"]
 
 
-def _models(model_cfg: transformer.TransformerConfig):
-  return transformer.Actor(model_cfg), transformer.Critic(model_cfg)
+def _models(
+  model_cfg: transformer.TransformerConfig,
+  critic_cfg: transformer.TransformerConfig | None,
+):
+  return transformer.Actor(model_cfg), transformer.Critic(
+    model_cfg if critic_cfg is None else critic_cfg
+  )
 
 
 def _state_shardings(
@@ -245,14 +250,18 @@ def train_state_shardings(
   optim_cfg: OptimConfig,
   mesh: jax.sharding.Mesh,
   rules: mesh_lib.Rules,
+  critic_cfg: transformer.TransformerConfig | None = None,
 ) -> tuple[TrainState, TrainState]:
   """Shardings of (actor state, critic state), for jit in/out shardings.
+
+  `critic_cfg` is the critic's model when it is not `model_cfg` (a critic
+  from another, e.g. smaller, checkpoint).
 
   Raises:
     ValueError: a parameter cannot be sharded as the rules say (see
       `sharding.param_specs`).
   """
-  actor, critic = _models(model_cfg)
+  actor, critic = _models(model_cfg, critic_cfg)
   actor_tx, critic_tx = make_optimizers(optim_cfg)
   return (
     _state_shardings(actor, actor_tx, mesh, rules),
@@ -267,6 +276,7 @@ def _jit_states(
   mesh: jax.sharding.Mesh,
   rules: mesh_lib.Rules,
   critic_init: str,
+  critic_cfg: transformer.TransformerConfig | None = None,
 ) -> Callable[..., tuple[TrainState, TrainState]]:
   """`states_fn`, its models and optimisers bound, jitted into its shards.
 
@@ -278,6 +288,7 @@ def _jit_states(
     mesh: the device mesh.
     rules: validated logical-to-mesh rules.
     critic_init: "random" or "actor".
+    critic_cfg: the critic's model, when it is not `model_cfg`.
 
   Returns:
     `states_fn` of its remaining (array) arguments, whose output is sharded
@@ -291,9 +302,11 @@ def _jit_states(
       f"critic_init={critic_init!r}: expected one of"
       f" {transformer.CRITIC_INITS}."
     )
-  actor, critic = _models(model_cfg)
+  actor, critic = _models(model_cfg, critic_cfg)
   actor_tx, critic_tx = make_optimizers(optim_cfg)
-  shardings = train_state_shardings(model_cfg, optim_cfg, mesh, rules)
+  shardings = train_state_shardings(
+    model_cfg, optim_cfg, mesh, rules, critic_cfg
+  )
   init = functools.partial(
     states_fn,
     actor=actor,
@@ -334,6 +347,7 @@ def create_train_states(
   rules: mesh_lib.Rules,
   rng: jax.Array,
   critic_init: str = "random",
+  critic_cfg: transformer.TransformerConfig | None = None,
 ) -> tuple[TrainState, TrainState]:
   """Actor and critic train states, initialised directly in their shards.
 
@@ -345,6 +359,8 @@ def create_train_states(
     rng: PRNG key; the same key gives the same values on any mesh.
     critic_init: "random" (own initialisation) or "actor" (the critic's
       trunk starts as a copy of the actor's; its value head is zeros).
+    critic_cfg: the critic's model when it is not `model_cfg` (then
+      `critic_init` must be "random": trunks of two shapes).
 
   Returns:
     (actor state, critic state), sharded as `train_state_shardings` says.
@@ -352,8 +368,13 @@ def create_train_states(
   Raises:
     ValueError: unknown `critic_init`, or a parameter cannot be sharded.
   """
+  if critic_cfg not in (None, model_cfg) and critic_init == "actor":
+    raise ValueError(
+      "create_train_states: critic_init='actor' copies the actor's trunk;"
+      " a critic of another architecture cannot hold it."
+    )
   init = _jit_states(
-    _init_states, model_cfg, optim_cfg, mesh, rules, critic_init
+    _init_states, model_cfg, optim_cfg, mesh, rules, critic_init, critic_cfg
   )
   rng = jax.device_put(rng, sharding.replicated(mesh))
   return init(rng)
@@ -362,6 +383,7 @@ def create_train_states(
 def _states_from_actor(
   actor_params: Any,
   rng: jax.Array,
+  critic_params: Any,
   *,
   actor: nn.Module,
   critic: nn.Module,
@@ -370,11 +392,12 @@ def _states_from_actor(
   critic_init: str,
 ) -> tuple[TrainState, TrainState]:
   del actor  # the actor starts at `actor_params`, not at an init
-  critic_params = sharding.unbox(_init_boxed_params(critic, rng))
-  if critic_init == "actor":
-    critic_params = transformer.init_critic_from_actor(
-      critic_params, actor_params
-    )
+  if critic_params is None:
+    critic_params = sharding.unbox(_init_boxed_params(critic, rng))
+    if critic_init == "actor":
+      critic_params = transformer.init_critic_from_actor(
+        critic_params, actor_params
+      )
   # A copy: the states are donated to the train step, the SFT params (the
   # KL reference) must survive it.
   actor_params = jax.tree.map(jnp.copy, actor_params)
@@ -392,11 +415,16 @@ def states_from_actor_params(
   rules: mesh_lib.Rules,
   rng: jax.Array,
   critic_init: str,
+  *,
+  critic_cfg: transformer.TransformerConfig | None = None,
+  critic_params: Any = None,
 ) -> tuple[TrainState, TrainState]:
   """Fresh actor and critic states whose actor starts at `actor_params`.
 
   The PPO starting point: the actor is a copy of the SFT params (which stay
-  valid, as the KL reference), with a fresh optimiser state; the critic is
+  valid, as the KL reference), with a fresh optimiser state; the critic
+  starts at `critic_params` when given (e.g. another checkpoint's trunk
+  with a zero value head, `hf_import.critic_from_hf`), else it is
   initialised as `critic_init` says ("actor": the SFT trunk and a zero
   value head), directly in its shards.
 
@@ -407,13 +435,30 @@ def states_from_actor_params(
     mesh: the device mesh.
     rules: validated logical-to-mesh rules.
     rng: PRNG key of the critic's initialisation.
-    critic_init: "random" or "actor".
+    critic_init: "random" or "actor" (unused with `critic_params`).
+    critic_cfg: the critic's model when it is not `model_cfg`; a critic of
+      another architecture starts at `critic_params`.
+    critic_params: the critic's `params` collection, or None.
 
   Returns:
     (actor state, critic state), sharded as `train_state_shardings` says.
+
+  Raises:
+    ValueError: a critic of its own architecture without `critic_params`.
   """
+  if critic_cfg not in (None, model_cfg) and critic_params is None:
+    raise ValueError(
+      "states_from_actor_params: a critic whose model differs from the"
+      " actor's starts at its own weights; pass critic_params."
+    )
   init = _jit_states(
-    _states_from_actor, model_cfg, optim_cfg, mesh, rules, critic_init
+    _states_from_actor,
+    model_cfg,
+    optim_cfg,
+    mesh,
+    rules,
+    critic_init,
+    critic_cfg,
   )
   rng = jax.device_put(rng, sharding.replicated(mesh))
-  return init(actor_params, rng)
+  return init(actor_params, rng, critic_params)

@@ -212,10 +212,17 @@ def _abstract_states(exp, optim, mesh, rules):
   with sharding.axis_rules(mesh, rules):
     states = jax.eval_shape(
       lambda: state_lib.create_train_states(
-        exp.model, optim, mesh, rules, jax.random.key(0)
+        exp.model,
+        optim,
+        mesh,
+        rules,
+        jax.random.key(0),
+        critic_cfg=exp.critic_model,
       )
     )
-  shardings = state_lib.train_state_shardings(exp.model, optim, mesh, rules)
+  shardings = state_lib.train_state_shardings(
+    exp.model, optim, mesh, rules, exp.critic_model
+  )
   return tuple(
     _with_shardings(a, sh) for a, sh in zip(states, shardings, strict=True)
   )

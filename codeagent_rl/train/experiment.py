@@ -19,6 +19,7 @@ from codeagent_rl.anticheat import config as anticheat_config
 from codeagent_rl.anticheat import monitors
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import chat
+from codeagent_rl.models import chat_template
 from codeagent_rl.models import hf_import
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.models import transformer
@@ -49,8 +50,10 @@ _SECTIONS = {
 
 
 # Top-level fields a trainer config may leave out (hf_model_id: the hub
-# name of the checkpoint, for the record).
-_OPTIONAL = ("hf_checkpoint_dir", "hf_model_id")
+# name of the checkpoint, for the record; critic: `critic.checkpoint_dir`).
+_OPTIONAL = ("hf_checkpoint_dir", "hf_model_id", "critic")
+# Fields of the optional config.critic section.
+_CRITIC_FIELDS = ("checkpoint_dir",)
 # Fields of config.model that a Hugging Face checkpoint does not fix.
 HF_FREE_MODEL_FIELDS = ("dtype", "param_dtype", "remat")
 
@@ -113,6 +116,82 @@ def _model(
   return model
 
 
+def _critic_checkpoint(
+  config: ml_collections.ConfigDict,
+  hf_dir: str | None,
+  model: transformer.TransformerConfig,
+  rl: rl_config.RLConfig,
+) -> tuple[str | None, transformer.TransformerConfig | None]:
+  """`config.critic.checkpoint_dir` and the critic's model read from it.
+
+  (None, None) when the critic is built like the actor. The critic's
+  checkpoint must read the actor's token ids: the same vocabulary in its
+  tokenizer.json, and an embedding with a row for each id.
+  """
+  section = config.get("critic")
+  if section is None:
+    return None, None
+  unknown = sorted(set(section) - set(_CRITIC_FIELDS))
+  if unknown:
+    raise ValueError(
+      f"config.critic: unknown fields {unknown}; expected {_CRITIC_FIELDS}."
+    )
+  path = section.get("checkpoint_dir")
+  if path is None:
+    return None, None
+  if not isinstance(path, str) or not os.path.isdir(path):
+    raise ValueError(
+      f"config.critic.checkpoint_dir={path!r}: not a directory; pass the"
+      " local directory of a Hugging Face checkpoint (config.json,"
+      " *.safetensors, tokenizer.json). Nothing is downloaded."
+    )
+  if hf_dir is None:
+    raise ValueError(
+      f"config.critic.checkpoint_dir={path!r} needs config.hf_checkpoint_dir:"
+      " the critic reads the actor's token ids, so both come from checkpoints"
+      " with the same tokenizer."
+    )
+  if rl.advantage.estimator != "gae":
+    raise ValueError(
+      f"config.critic.checkpoint_dir={path!r}: rl.advantage.estimator="
+      f"{rl.advantage.estimator!r} trains no critic; unset it or use 'gae'."
+    )
+  if rl.critic_init != "actor":
+    raise ValueError(
+      f"config.critic.checkpoint_dir={path!r} starts the critic's trunk from"
+      f" that checkpoint, but rl.critic_init={rl.critic_init!r} asks for a"
+      " random one; set --config.rl.critic_init=actor (a pretrained trunk)"
+      " or unset config.critic.checkpoint_dir."
+    )
+  try:
+    critic = hf_import.config_from_hf(
+      hf_import.read_hf_config(path),
+      **{f: getattr(model, f) for f in HF_FREE_MODEL_FIELDS},
+    )
+    theirs = chat_template.vocabulary(path)
+    ours = chat_template.vocabulary(hf_dir)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"config.critic.checkpoint_dir={path!r}: {e}") from None
+  if theirs != ours:
+    differ = sorted(
+      set(theirs.items()).symmetric_difference(ours.items()),
+      key=lambda item: item[1],
+    )[:3]
+    raise ValueError(
+      f"config.critic.checkpoint_dir={path!r}: its tokenizer differs from"
+      f" {hf_dir}'s ({len(theirs)} vs {len(ours)} tokens; e.g. {differ});"
+      " the critic must read the actor's token ids: pick a checkpoint of the"
+      " same model family."
+    )
+  ids = max(ours.values(), default=-1) + 1
+  if critic.vocab_size < ids:
+    raise ValueError(
+      f"config.critic.checkpoint_dir={path!r}: its embedding has"
+      f" {critic.vocab_size} rows, fewer than the tokenizer's {ids} ids."
+    )
+  return path, critic
+
+
 class SetupError(ValueError):
   """A run cannot start as configured (settings or the workdir's contents).
 
@@ -145,6 +224,12 @@ class Experiment:
   # rl.critic_init "actor") the critic's trunk start from; None: the model
   # is initialised at random and trained by SFT first.
   hf_checkpoint_dir: str | None = None
+  # `config.critic.checkpoint_dir`: the critic's trunk comes from this
+  # checkpoint (another model with the same tokenizer, e.g. a smaller one)
+  # and `critic_checkpoint_model` is its architecture; None: the critic is
+  # built like the actor.
+  critic_checkpoint_dir: str | None = None
+  critic_checkpoint_model: transformer.TransformerConfig | None = None
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Experiment:
@@ -173,12 +258,17 @@ class Experiment:
       for name, cls_ in _SECTIONS.items()
       if name != "model"
     }
+    rl = rl_config.RLConfig.from_config(config.rl)
+    model = _model(config.model, hf_dir)
+    critic_dir, critic_model = _critic_checkpoint(config, hf_dir, model, rl)
     exp = cls(
       preset=str(config.preset),
       seed=seed,
-      rl=rl_config.RLConfig.from_config(config.rl),
-      model=_model(config.model, hf_dir),
+      rl=rl,
+      model=model,
       hf_checkpoint_dir=hf_dir,
+      critic_checkpoint_dir=critic_dir,
+      critic_checkpoint_model=critic_model,
       **sections,
     )
     exp.check()
@@ -222,6 +312,13 @@ class Experiment:
       raise SetupError(f"config.hf_checkpoint_dir: {e}") from None
 
   @property
+  def critic_model(self) -> transformer.TransformerConfig:
+    """The critic's architecture: its own checkpoint's, else the actor's."""
+    if self.critic_checkpoint_model is not None:
+      return self.critic_checkpoint_model
+    return self.model
+
+  @property
   def uses_critic(self) -> bool:
     """Whether the estimator needs a critic ("gae")."""
     return self.rl.advantage.estimator == "gae"
@@ -232,5 +329,12 @@ class Experiment:
 
 
 def to_dict(exp: Experiment) -> dict[str, Any]:
-  """A JSON-able view (for the run's `config.json`)."""
-  return dataclasses.asdict(exp)
+  """A JSON-able view (for the run's `config.json`).
+
+  `Experiment.from_config` of it (with `job` added) gives `exp` again: the
+  critic's checkpoint is written as the `critic` section it came from.
+  """
+  view = dataclasses.asdict(exp)
+  del view["critic_checkpoint_model"]
+  view["critic"] = {"checkpoint_dir": view.pop("critic_checkpoint_dir")}
+  return view

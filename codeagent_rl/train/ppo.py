@@ -55,6 +55,7 @@ from codeagent_rl import types
 from codeagent_rl.anticheat import monitors
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
+from codeagent_rl.models import hf_import
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import sharding
@@ -181,10 +182,10 @@ class Learner:
     self.anticheat = anticheat
     self.cache_len = cache_len
     actor = transformer.Actor(exp.model)
-    critic = transformer.Critic(exp.model)
+    critic = transformer.Critic(exp.critic_model)
     actor_tx, critic_tx = state_lib.make_optimizers(exp.optim)
     self.shardings = state_lib.train_state_shardings(
-      exp.model, exp.optim, mesh, rules
+      exp.model, exp.optim, mesh, rules, exp.critic_model
     )
     actor_sh, critic_sh = self.shardings
     self.batch_sharding = sharding.batch_sharding(mesh, rules)
@@ -258,17 +259,29 @@ class Learner:
   def initial_states(self, sft_params: Any, rng: jax.Array) -> States:
     """(actor, critic) states starting from the SFT params.
 
-    The critic is None when the estimator does not use one.
+    The critic is None when the estimator does not use one. With
+    `critic_checkpoint_dir` its trunk is that checkpoint's and its value
+    head zero.
     """
+    exp = self.exp
+    critic_params = None
+    if exp.uses_critic and exp.critic_checkpoint_dir is not None:
+      critic_params = hf_import.critic_from_hf(
+        exp.critic_checkpoint_dir,
+        exp.critic_model,
+        {"params": self.shardings[1].params},
+      )["params"]
     with sharding.axis_rules(self.mesh, self.rules):
       actor, critic = state_lib.states_from_actor_params(
         sft_params,
-        self.exp.model,
-        self.exp.optim,
+        exp.model,
+        exp.optim,
         self.mesh,
         self.rules,
         rng,
-        self.exp.rl.critic_init,
+        exp.rl.critic_init,
+        critic_cfg=exp.critic_model,
+        critic_params=critic_params,
       )
     return actor, critic if self.exp.uses_critic else None
 

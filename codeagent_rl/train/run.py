@@ -178,9 +178,16 @@ def train_and_evaluate(
   # `python -m codeagent_rl.grade --tasks=... --samples=...`.
   schema.write_tasks(paths.eval_tasks, task_sets.eval)
   fmt = exp.conversation
+  critic = ""
+  if exp.uses_critic and exp.critic_checkpoint_dir is not None:
+    critic = (
+      f" (critic {exp.critic_model.num_params():,} params from"
+      f" {exp.critic_checkpoint_dir})"
+    )
   console(
-    f"codeagent_rl: preset {exp.preset}, {exp.model.num_params():,} params,"
-    f" {len(task_sets.train)} train / {len(task_sets.eval)} held-out tasks,"
+    f"codeagent_rl: preset {exp.preset}, {exp.model.num_params():,} params"
+    f"{critic}, {len(task_sets.train)} train / {len(task_sets.eval)} held-out"
+    " tasks,"
     f" sandbox {sandbox.backend} x{sandbox.pool_size}, workdir {paths.root}"
   )
   anticheat = pipeline.AntiCheat.from_config(exp.anticheat)

@@ -70,8 +70,14 @@ def save_checkpoint(
   model_type: str = "qwen2",
   tie_embeddings: bool = True,
   seed: int = 0,
+  hidden_size: int = 32,
+  num_layers: int = 2,
 ) -> pathlib.Path:
-  """Saves a tiny random checkpoint with the chat tokenizer into `path`."""
+  """Saves a tiny random checkpoint with the chat tokenizer into `path`.
+
+  Every checkpoint gets the same tokenizer (trained on the same corpus), so
+  one of a smaller `hidden_size` / `num_layers` can be another's critic.
+  """
   path = pathlib.Path(path)
   tok = chat_tokenizer()
   eos = tok.convert_tokens_to_ids("<|im_end|>")
@@ -82,9 +88,9 @@ def save_checkpoint(
   extra = {"rope_theta": 1e6} if model_type == "qwen2" else {}
   hf_config = config_cls(
     vocab_size=MODEL_VOCAB,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
+    hidden_size=hidden_size,
+    intermediate_size=2 * hidden_size,
+    num_hidden_layers=num_layers,
     num_attention_heads=4,
     num_key_value_heads=2,
     tie_word_embeddings=tie_embeddings,
