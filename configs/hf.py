@@ -65,6 +65,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Save the weight matmuls' outputs, recompute attention (the memory of
   # long trajectories); a tiny model needs none.
   config.model.remat = "none" if smoke else "dots_no_batch"
+  # Positions per log-prob chunk: only [B, chunk, V] float32 logits exist at
+  # a time (a whole 8k-token row at V=151936 is 5 GB, twice that with the
+  # backward pass). The smoke preset chunks too, so the tests run that path.
+  config.model.logits_chunk = 16 if smoke else 512
   config.mesh = common.get_mesh_config()
   # The recipe's 1e-6 actor / 5e-6 critic rates for pretrained models.
   config.optim = common.get_optim_config()

@@ -83,6 +83,9 @@ def get_qwen25_coder_config(
   model.remat = remat
   # Weight init stddev (initializer_range); no imported weight uses it.
   model.init_std = 0.02
+  # Positions per log-prob chunk: the [B, T, 151936] float32 logits are
+  # never held whole (5 GB per 8k-token row); see configs/hf.py.
+  model.logits_chunk = 512
   config.model = model
 
   config.lock()

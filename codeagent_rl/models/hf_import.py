@@ -138,6 +138,7 @@ def config_from_hf(
   dtype: str,
   param_dtype: str,
   remat: str,
+  logits_chunk: int = 0,
 ) -> transformer.TransformerConfig:
   """Our model config for a Llama or Qwen2 `config.json`.
 
@@ -146,6 +147,7 @@ def config_from_hf(
     dtype: activation dtype name ("float32", "bfloat16").
     param_dtype: parameter dtype name.
     remat: rematerialisation policy, a key of `transformer.REMAT_POLICIES`.
+    logits_chunk: positions per log-prob chunk (`TransformerConfig`).
 
   Returns:
     The validated `TransformerConfig`; init_std is the checkpoint's
@@ -217,6 +219,7 @@ def config_from_hf(
     param_dtype=param_dtype,
     remat=remat,
     init_std=float(hf_config.get("initializer_range", 0.02)),
+    logits_chunk=logits_chunk,
   )
 
 

@@ -63,6 +63,10 @@ class TransformerConfig:
     param_dtype: parameter dtype name.
     remat: rematerialisation policy of each block, key of REMAT_POLICIES.
     init_std: stddev of the normal initialiser of all weights.
+    logits_chunk: positions per chunk when log-probs, entropies and argmaxes
+      are computed from hidden states (`models/token_stats.py`): the
+      [B, T, V] logits are never materialised, only [B, chunk, V] at a time.
+      0: all positions at once (small vocabularies).
   """
 
   vocab_size: int
@@ -80,6 +84,7 @@ class TransformerConfig:
   param_dtype: str
   remat: str
   init_std: float
+  logits_chunk: int = 0
 
   def __post_init__(self):
     for name in (
@@ -112,6 +117,15 @@ class TransformerConfig:
     if self.remat not in REMAT_POLICIES:
       raise ValueError(
         f"model.remat={self.remat!r}: expected one of {sorted(REMAT_POLICIES)}."
+      )
+    if (
+      not isinstance(self.logits_chunk, int)
+      or isinstance(self.logits_chunk, bool)
+      or self.logits_chunk < 0
+    ):
+      raise ValueError(
+        f"model.logits_chunk={self.logits_chunk!r}: must be an int >= 0"
+        " (0: no chunking)."
       )
     if self.rope_theta <= 0 or self.rms_eps <= 0 or self.init_std <= 0:
       raise ValueError(
@@ -341,7 +355,7 @@ class Attention(nn.Module):
     )
 
   @nn.compact
-  def __call__(self, x, positions, valid, layer_kv, cache_meta):
+  def __call__(self, x, positions, valid, layer_kv, cache_meta, segments=None):
     """Attends from x ([B, T, D]) to itself or to the updated cache.
 
     Args:
@@ -351,6 +365,8 @@ class Attention(nn.Module):
       layer_kv: this layer's `LayerKV` or None (no cache).
       cache_meta: (valid [B, S], positions [B, S], index) of the cache after
         the new tokens are written, or None.
+      segments: optional [B, T] int segment ids of packed rows (no cache):
+        a token sees only tokens of its own segment.
 
     Returns:
       ([B, T, D] output, updated `LayerKV` or None).
@@ -397,6 +413,8 @@ class Attention(nn.Module):
     visible = key_valid[:, None, :] & (
       key_pos[:, None, :] <= positions[:, :, None]
     )  # [B, T, S]
+    if segments is not None:
+      visible &= segments[:, None, :] == segments[:, :, None]
     logits = jnp.where(visible[:, None, None], logits, _MASK_VALUE)
     probs = jax.nn.softmax(logits, axis=-1).astype(cfg.jnp_dtype)
     if step:
@@ -444,7 +462,7 @@ class Block(nn.Module):
   config: TransformerConfig
 
   @nn.compact
-  def __call__(self, x, positions, valid, layer_kv, cache_meta):
+  def __call__(self, x, positions, valid, layer_kv, cache_meta, segments):
     """Attention then MLP, each residual; arguments as `Attention`."""
     cfg = self.config
     h, new_kv = Attention(cfg, name="attn")(
@@ -453,6 +471,7 @@ class Block(nn.Module):
       valid,
       layer_kv,
       cache_meta,
+      segments,
     )
     x = x + h
     x = x + MLP(cfg, name="mlp")(RMSNorm(cfg, name="mlp_norm")(x))
@@ -487,7 +506,7 @@ class Trunk(nn.Module):
     ]
     self.final_norm = RMSNorm(cfg, name="final_norm")
 
-  def __call__(self, tokens, positions, valid, cache=None):
+  def __call__(self, tokens, positions, valid, cache=None, segments=None):
     """Hidden states of `tokens`.
 
     Args:
@@ -495,12 +514,19 @@ class Trunk(nn.Module):
       positions: [B, T] int positions (see `positions_from_valid`).
       valid: [B, T] bool, False at padding.
       cache: optional `KVCache`; the tokens are written at its `index`.
+      segments: optional [B, T] int ids of the sequences packed into each
+        row (no cache); attention stays inside a segment, and positions
+        are the caller's (restarting per segment).
 
     Returns:
       ([B, T, D] hidden states, updated cache or None).
     """
     chex.assert_rank([tokens, positions, valid], 2)
     chex.assert_equal_shape([tokens, positions, valid])
+    if segments is not None:
+      if cache is not None:
+        raise ValueError("Trunk: packed segments cannot continue a KV cache.")
+      chex.assert_equal_shape([tokens, segments])
     valid = valid.astype(bool)
     x = self.embed(tokens)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
@@ -519,7 +545,7 @@ class Trunk(nn.Module):
       layer_kvs = list(cache.layers)
     new_layers = []
     for block, layer_kv in zip(self.blocks, layer_kvs, strict=True):
-      x, new_kv = block(x, positions, valid, layer_kv, cache_meta)
+      x, new_kv = block(x, positions, valid, layer_kv, cache_meta, segments)
       new_layers.append(new_kv)
     x = self.final_norm(x)
     if cache is None:
@@ -551,7 +577,7 @@ class Actor(nn.Module):
         name="lm_head",
       )
 
-  def __call__(self, tokens, positions, valid, cache=None):
+  def __call__(self, tokens, positions, valid, cache=None, segments=None):
     """Next-token logits.
 
     Args:
@@ -559,17 +585,30 @@ class Actor(nn.Module):
       positions: [B, T] int positions.
       valid: [B, T] bool, False at padding.
       cache: optional `KVCache` to continue.
+      segments: optional [B, T] segment ids of packed rows (see `Trunk`).
 
     Returns:
       ([B, T, V] float32 logits, updated cache or None).
     """
-    h, cache = self.trunk(tokens, positions, valid, cache)
+    h, cache = self.hidden(tokens, positions, valid, cache, segments)
+    return self.logits(h), cache
+
+  def hidden(self, tokens, positions, valid, cache=None, segments=None):
+    """([B, T, D] final-normed hidden states, cache): `__call__` sans head.
+
+    With a large vocabulary, `token_stats` turns these into log-probs a
+    chunk of positions at a time instead of materialising [B, T, V].
+    """
+    return self.trunk(tokens, positions, valid, cache, segments)
+
+  def logits(self, h):
+    """[..., T, V] float32 logits of [..., T, D] hidden states."""
     if self.config.tie_embeddings:
       logits = self.trunk.embed.attend(h)
     else:
       logits = self.lm_head(h)
     logits = nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
-    return logits.astype(jnp.float32), cache
+    return logits.astype(jnp.float32)
 
 
 class Critic(nn.Module):
@@ -583,7 +622,7 @@ class Critic(nn.Module):
   config: TransformerConfig
 
   @nn.compact
-  def __call__(self, tokens, positions, valid, cache=None):
+  def __call__(self, tokens, positions, valid, cache=None, segments=None):
     """Per-token values.
 
     Args:
@@ -591,12 +630,15 @@ class Critic(nn.Module):
       positions: [B, T] int positions.
       valid: [B, T] bool, False at padding.
       cache: optional `KVCache` to continue.
+      segments: optional [B, T] segment ids of packed rows (see `Trunk`).
 
     Returns:
       ([B, T] float32 values, updated cache or None).
     """
     cfg = self.config
-    h, cache = Trunk(cfg, name="trunk")(tokens, positions, valid, cache)
+    h, cache = Trunk(cfg, name="trunk")(
+      tokens, positions, valid, cache, segments
+    )
     values = nn.Dense(
       1,
       dtype=jnp.float32,

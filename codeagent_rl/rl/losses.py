@@ -100,29 +100,6 @@ def token_mean(x: jax.Array, mask: jax.Array, norm: Normalizer) -> jax.Array:
   return jnp.sum(jnp.where(mask.astype(bool), x, 0.0)) / norm.num_tokens
 
 
-def token_log_probs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
-  """Log-probability of each token under next-token logits.
-
-  Args:
-    logits: [B, T, V] logits that predict `tokens` at the same position.
-    tokens: [B, T] int token ids.
-
-  Returns:
-    [B, T] float32 log-probabilities.
-  """
-  chex.assert_rank(logits, 3)
-  chex.assert_shape(tokens, logits.shape[:2])
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  return jnp.take_along_axis(logp, tokens[..., None], axis=-1)[..., 0]
-
-
-def entropy_from_logits(logits: jax.Array) -> jax.Array:
-  """[B, T] entropy of the categoricals given by [B, T, V] logits."""
-  logits = logits.astype(jnp.float32)
-  logp = jax.nn.log_softmax(logits, axis=-1)
-  return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-
-
 def ppo_policy_loss(
   logp: jax.Array,
   old_logp: jax.Array,

@@ -55,7 +55,7 @@ _OPTIONAL = ("hf_checkpoint_dir", "hf_model_id", "critic")
 # Fields of the optional config.critic section.
 _CRITIC_FIELDS = ("checkpoint_dir",)
 # Fields of config.model that a Hugging Face checkpoint does not fix.
-HF_FREE_MODEL_FIELDS = ("dtype", "param_dtype", "remat")
+HF_FREE_MODEL_FIELDS = ("dtype", "param_dtype", "remat", "logits_chunk")
 
 
 def _hf_checkpoint_dir(config: ml_collections.ConfigDict) -> str | None:

@@ -6,7 +6,9 @@ from position t - 1 (`shifted_log_probs`; token 0 gets 0, it is never
 trainable). Likewise the critic's value of the state in which token t is
 produced is its output at t - 1 (`shifted_values`), and the value after the
 last valid token (where a truncated trajectory stopped) is its output at
-`length - 1`.
+`length - 1`. The actor's forwards never hold [B, T, V] logits: its hidden
+states go to `token_stats`, `model.logits_chunk` positions at a time
+(`shifted_token_stats`).
 
 Every step has the shape `(state, batch, rng) -> (state, metrics)` or is a
 pure forward; hyperparameters (model, optimiser, frozen configs) are bound
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from codeagent_rl.models import sampler as sampler_lib
+from codeagent_rl.models import token_stats
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rl import advantages as adv_lib
@@ -64,6 +66,11 @@ class PPOBatch:
   old_values: jax.Array
 
 
+def _shift(stats: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """Stats of positions 0..T-2 (predicting tokens 1..T-1) -> [B, T], 0 first."""
+  return {k: jnp.pad(v, ((0, 0), (1, 0))) for k, v in stats.items()}
+
+
 def shifted_log_probs(
   logits_btv: jax.Array,
   tokens_bt: jax.Array,
@@ -75,19 +82,28 @@ def shifted_log_probs(
   The distribution is the sampler's: logits over `temperature`, ids at or
   above `vocab_limit` (vocabulary padding) excluded.
   """
-  logits = sampler_lib.limit_vocab(logits_btv[:, :-1], vocab_limit)
-  logits = logits / temperature
-  logp = losses.token_log_probs(logits, tokens_bt[:, 1:])
-  return jnp.pad(logp, ((0, 0), (1, 0)))
+  stats = token_stats.stats_from_logits(
+    logits_btv[:, :-1],
+    tokens_bt[:, 1:],
+    temperature=temperature,
+    vocab_limit=vocab_limit,
+  )
+  return _shift(stats)["logp"]
 
 
 def shifted_entropy(
   logits_btv: jax.Array, temperature: float, vocab_limit: int = 0
 ) -> jax.Array:
   """[B, T] entropy of the distribution token t was drawn from; 0 at t = 0."""
-  logits = sampler_lib.limit_vocab(logits_btv[:, :-1], vocab_limit)
-  ent = losses.entropy_from_logits(logits / temperature)
-  return jnp.pad(ent, ((0, 0), (1, 0)))
+  targets = jnp.zeros(logits_btv.shape[:2], jnp.int32)[:, 1:]
+  stats = token_stats.stats_from_logits(
+    logits_btv[:, :-1],
+    targets,
+    temperature=temperature,
+    vocab_limit=vocab_limit,
+    extra=("entropy",),
+  )
+  return _shift(stats)["entropy"]
 
 
 def shifted_values(values_bt: jax.Array) -> jax.Array:
@@ -101,6 +117,43 @@ def _apply(model, params, tokens, valid):
   return out
 
 
+def shifted_token_stats(
+  model: transformer.Actor,
+  params: Any,
+  tokens: jax.Array,
+  valid: jax.Array,
+  *,
+  temperature: float = 1.0,
+  vocab_limit: int = 0,
+  extra: tuple[str, ...] = (),
+) -> dict[str, jax.Array]:
+  """[B, T] stats of token t given the tokens before it; 0 at t = 0.
+
+  Equal to `shifted_log_probs` (and `shifted_entropy`, the argmax hits) of
+  the actor's logits, computed from its hidden states
+  `model.config.logits_chunk` positions at a time (`token_stats`).
+  """
+  positions = transformer.positions_from_valid(valid)
+  variables = {"params": params}
+  hidden, _ = model.apply(
+    variables, tokens, positions, valid, method=transformer.Actor.hidden
+  )
+
+  def head(h):
+    return model.apply(variables, h, method=transformer.Actor.logits)
+
+  stats = token_stats.token_stats(
+    head,
+    hidden[:, :-1],
+    tokens[:, 1:],
+    chunk=model.config.logits_chunk,
+    temperature=temperature,
+    vocab_limit=vocab_limit,
+    extra=extra,
+  )
+  return _shift(stats)
+
+
 def actor_log_probs(
   params: Any,
   tokens: jax.Array,
@@ -111,8 +164,14 @@ def actor_log_probs(
   vocab_limit: int,
 ) -> jax.Array:
   """[B, T] shifted log-probs of `tokens` under the actor."""
-  logits = _apply(model, params, tokens, valid)
-  return shifted_log_probs(logits, tokens, temperature, vocab_limit)
+  return shifted_token_stats(
+    model,
+    params,
+    tokens,
+    valid,
+    temperature=temperature,
+    vocab_limit=vocab_limit,
+  )["logp"]
 
 
 def critic_values(
@@ -225,8 +284,16 @@ def _accumulate(loss_fn, params, batch: PPOBatch, num_micro: int):
 
 
 def _actor_loss(params, micro, *, model, rl, temperature, vocab_limit, norm):
-  logits = _apply(model, params, micro.tokens, micro.valid)
-  logp = shifted_log_probs(logits, micro.tokens, temperature, vocab_limit)
+  stats = shifted_token_stats(
+    model,
+    params,
+    micro.tokens,
+    micro.valid,
+    temperature=temperature,
+    vocab_limit=vocab_limit,
+    extra=("entropy",),
+  )
+  logp = stats["logp"]
   loss_cfg = rl.loss
   loss, diag = losses.ppo_policy_loss(
     logp,
@@ -253,9 +320,7 @@ def _actor_loss(params, micro, *, model, rl, temperature, vocab_limit, norm):
     )
     loss = loss + rl.kl.coef * kl_term
     metrics["loss/kl"] = kl_term
-  ent = losses.token_mean(
-    shifted_entropy(logits, temperature, vocab_limit), micro.trainable, norm
-  )
+  ent = losses.token_mean(stats["entropy"], micro.trainable, norm)
   metrics["policy/entropy"] = jax.lax.stop_gradient(ent)
   if loss_cfg.entropy_coef:
     loss = loss - loss_cfg.entropy_coef * ent
@@ -327,14 +392,12 @@ def critic_step(
 
 
 def _sft_loss(params, micro, *, model, norm):
-  logits = _apply(model, params, micro["tokens"], micro["valid"])
-  logp = shifted_log_probs(logits, micro["tokens"], 1.0)
-  mask = micro["trainable"]
-  nll = losses.token_mean(-logp, mask, norm)
-  hit = jnp.argmax(logits[:, :-1], axis=-1) == micro["tokens"][:, 1:]
-  acc = losses.token_mean(
-    jnp.pad(hit, ((0, 0), (1, 0))).astype(jnp.float32), mask, norm
+  stats = shifted_token_stats(
+    model, params, micro["tokens"], micro["valid"], extra=("argmax_hit",)
   )
+  mask = micro["trainable"]
+  nll = losses.token_mean(-stats["logp"], mask, norm)
+  acc = losses.token_mean(stats["argmax_hit"].astype(jnp.float32), mask, norm)
   return nll, {"sft/loss": nll, "sft/token_accuracy": acc}
 
 

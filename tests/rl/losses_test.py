@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from codeagent_rl.models import token_stats
 from codeagent_rl.rl import losses
 
 
@@ -199,13 +200,12 @@ def test_entropy_and_log_probs_match_numpy():
   logits = d["logits"]
   p = np.exp(logits - logits.max(-1, keepdims=True))
   p /= p.sum(-1, keepdims=True)
+  stats = token_stats.stats_from_logits(logits, d["tokens"], extra=("entropy",))
   np.testing.assert_allclose(
-    losses.entropy_from_logits(logits), -(p * np.log(p)).sum(-1), rtol=1e-5
+    stats["entropy"], -(p * np.log(p)).sum(-1), rtol=1e-5
   )
   want = np.log(np.take_along_axis(p, d["tokens"][..., None], -1)[..., 0])
-  np.testing.assert_allclose(
-    losses.token_log_probs(logits, d["tokens"]), want, rtol=1e-5, atol=1e-6
-  )
+  np.testing.assert_allclose(stats["logp"], want, rtol=1e-5, atol=1e-6)
 
 
 def test_explained_variance():
@@ -225,7 +225,10 @@ def test_explained_variance():
 def _total_loss(params, batch, mode, norm):
   """Policy + value + entropy loss of a tiny linear 'model' over logits."""
   logits = jnp.einsum("btd,dv->btv", batch["features"], params["w"])
-  logp = losses.token_log_probs(logits, batch["tokens"])
+  stats = token_stats.stats_from_logits(
+    logits, batch["tokens"], extra=("entropy",)
+  )
+  logp = stats["logp"]
   values = batch["features"][..., 0] * params["v"]
   kwargs = dict(agg_mode=mode, norm=norm, norm_length=13.0)
   pl, pdiag = losses.ppo_policy_loss(
@@ -247,7 +250,7 @@ def _total_loss(params, batch, mode, norm):
     **kwargs,
   )
   ent = losses.aggregate(
-    losses.entropy_from_logits(logits),
+    stats["entropy"],
     batch["mask"],
     mode,
     norm=norm,

@@ -48,7 +48,12 @@ def _config(actor_dir, critic_dir):
   config.critic = {
     "checkpoint_dir": None if critic_dir is None else str(critic_dir)
   }
-  config.model = {"dtype": "float32", "param_dtype": "float32", "remat": "none"}
+  config.model = {
+    "dtype": "float32",
+    "param_dtype": "float32",
+    "remat": "none",
+    "logits_chunk": 0,
+  }
   config.sft.steps = 0
   config.ppo.minibatches = 1
   config.ppo.micro_batch_size = BATCH

@@ -41,6 +41,7 @@ def _config(hf_dir, **model):
     "dtype": "float32",
     "param_dtype": "float32",
     "remat": "none",
+    "logits_chunk": 0,
     **model,
   }
   config.sft.steps = 0
