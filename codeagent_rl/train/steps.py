@@ -142,11 +142,24 @@ def shifted_token_stats(
   def head(h):
     return model.apply(variables, h, method=transformer.Actor.logits)
 
+  chunk = model.config.logits_chunk
+  if not chunk:
+    # All positions' logits, then the first T - 1: the same matmul shapes as
+    # the actor's own forward, so a run without chunking keeps its numbers
+    # to the last digit (a [B, T - 1, D] head differs in rounding).
+    stats = token_stats.stats_from_logits(
+      head(hidden)[:, :-1],
+      tokens[:, 1:],
+      temperature=temperature,
+      vocab_limit=vocab_limit,
+      extra=extra,
+    )
+    return _shift(stats)
   stats = token_stats.token_stats(
     head,
     hidden[:, :-1],
     tokens[:, 1:],
-    chunk=model.config.logits_chunk,
+    chunk=chunk,
     temperature=temperature,
     vocab_limit=vocab_limit,
     extra=extra,
