@@ -130,6 +130,10 @@ def get_ppo_config(smoke: bool) -> ml_collections.ConfigDict:
   ppo.critic_warmup_iterations = 0 if smoke else 5
   ppo.skip_actor_on_flat_rewards = not smoke
   ppo.length_bucket = 128 if smoke else 512
+  # Pack each micro-batch's trajectories into shared rows: agent episodes of
+  # one prompt run from a few turns to hundreds, and padding them all to the
+  # longest wastes most of a step (benchmarks/hf_ppo_bench.py).
+  ppo.packing = True
   ppo.eval_every = 2 if smoke else 20
   # Value pre-training (VAPO): the critic regressed on Monte-Carlo returns
   # of the SFT policy's rollouts until its explained variance gains less

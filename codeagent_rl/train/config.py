@@ -211,6 +211,10 @@ class PPOConfig:
     length_bucket: trajectories are padded to a multiple of this (at most
       `env.max_total_tokens`), so few shapes compile and short batches stay
       cheap.
+    packing: the learner's forwards run on packed rows: each micro-batch's
+      trajectories placed one after another in rows of the batch's length,
+      attention and positions per trajectory (`train/packing.py`); same
+      losses and gradients, less padding when lengths differ widely.
     eval_every: iterations between evaluations (the last one always runs).
     value_pretrain_iterations: before the first PPO iteration, at most this
       many rounds that regress the critic on Monte-Carlo returns (lambda 1)
@@ -231,6 +235,7 @@ class PPOConfig:
   critic_warmup_iterations: int
   skip_actor_on_flat_rewards: bool
   length_bucket: int
+  packing: bool
   eval_every: int
   value_pretrain_iterations: int
   value_pretrain_patience: int
@@ -250,11 +255,11 @@ class PPOConfig:
         f"config.ppo.value_pretrain_min_gain={gain!r}: must be a finite"
         " number >= 0."
       )
-    if type(self.skip_actor_on_flat_rewards) is not bool:
-      raise ValueError(
-        "config.ppo.skip_actor_on_flat_rewards="
-        f"{self.skip_actor_on_flat_rewards!r}: must be a bool."
-      )
+    for name in ("skip_actor_on_flat_rewards", "packing"):
+      if type(getattr(self, name)) is not bool:
+        raise ValueError(
+          f"config.ppo.{name}={getattr(self, name)!r}: must be a bool."
+        )
     _int_at_least(
       "ppo",
       self,

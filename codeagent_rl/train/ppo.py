@@ -58,6 +58,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.models import hf_import
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rl import losses
@@ -68,6 +69,7 @@ from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import keys
 from codeagent_rl.train import metrics as metrics_lib
+from codeagent_rl.train import packing
 from codeagent_rl.train import steps
 from codeagent_rl.train import value_pretrain
 from codeagent_rl.train import workdir as workdir_lib
@@ -198,15 +200,21 @@ class Learner:
     temperature = exp.sampling.temperature
     vocab_limit = exp.conversation.vocab_size
     self.sampler = eval_lib.make_sampler(exp, temperature)
+    # Outputs laid out like the batch (the epochs' input sharding), also
+    # when a packed forward's scatter back would leave them otherwise.
     self.log_probs = jax.jit(
       functools.partial(
         steps.actor_log_probs,
         model=actor,
         temperature=temperature,
         vocab_limit=vocab_limit,
-      )
+      ),
+      out_shardings=self.batch_sharding,
     )
-    self.values = jax.jit(functools.partial(steps.critic_values, model=critic))
+    self.values = jax.jit(
+      functools.partial(steps.critic_values, model=critic),
+      out_shardings=self.batch_sharding,
+    )
     self.targets = jax.jit(functools.partial(steps.targets, rl=exp.rl))
     # Value pre-training regresses the critic on Monte-Carlo returns:
     # lambda 1 (VAPO), whatever lambda the policy's advantages use.
@@ -216,6 +224,18 @@ class Learner:
     self._mc_targets = jax.jit(functools.partial(steps.targets, rl=monte_carlo))
     self.explained_variance = jax.jit(losses.explained_variance)
     self._no_values = jax.jit(steps.no_values)
+    self._order = jax.jit(
+      functools.partial(
+        steps.epoch_order,
+        rows=exp.ppo.rollouts_per_iteration,
+        minibatches=exp.ppo.minibatches,
+      )
+    )
+    self._num_micro = num_micro
+    # Packed rows are split over the batch's mesh axes like padded ones.
+    self._row_shards = mesh_lib.mesh_axis_size(
+      mesh, self.batch_sharding.spec[0]
+    )
     self._bootstrap = jax.jit(steps.bootstrap_values)
     actor_step = functools.partial(
       steps.actor_step,
@@ -249,7 +269,14 @@ class Learner:
           minibatches=exp.ppo.minibatches,
           batch_sharding=self.batch_sharding,
         ),
-        in_shardings=(actor_sh, critic_in, self.batch_sharding, None, None),
+        in_shardings=(
+          actor_sh,
+          critic_in,
+          self.batch_sharding,
+          None,
+          None,
+          None,
+        ),
         out_shardings=(actor_sh, critic_in, None),
         donate_argnums=(0, 1),
       )
@@ -396,14 +423,16 @@ class Learner:
     actor, critic = states
     host = _trim(batch, exp.ppo.length_bucket)
     host["total"] = np.asarray(total, np.float32)
+    packed = exp.ppo.packing
     with timer.phase("logprobs_values"):
       arrays = self.shard(host)  # the batch's one trip to the devices
       tokens, valid = arrays["tokens"], arrays["valid"]
-      old_logp = self.log_probs(actor.params, tokens, valid)
-      ref_logp = self.log_probs(self.ref_params, tokens, valid)
+      pack = self._whole_batch_pack(host["valid"]) if packed else None
+      old_logp = self.log_probs(actor.params, tokens, valid, pack=pack)
+      ref_logp = self.log_probs(self.ref_params, tokens, valid, pack=pack)
       if critic is not None:
         values, after_last = self.values(
-          critic.params, tokens, valid, arrays["length"]
+          critic.params, tokens, valid, arrays["length"], pack=pack
         )
       else:
         values, after_last = self._no_values(old_logp)
@@ -449,9 +478,19 @@ class Learner:
     rng = jax.device_put(rng, self.replicated)
     parts = []
     with timer.phase("update"):
-      for epoch in range(exp.ppo.epochs):
-        at = jax.device_put(np.int32(epoch), self.replicated)
-        actor, critic, out = epoch_fn(actor, critic, ppo_batch, rng, at)
+      epochs = [
+        jax.device_put(np.int32(epoch), self.replicated)
+        for epoch in range(exp.ppo.epochs)
+      ]
+      packs = [None] * len(epochs)
+      if packed:
+        packs, metrics["perf/pack_density"] = self._epoch_packs(
+          host["valid"], rng, epochs
+        )
+      for at, epoch_packs in zip(epochs, packs, strict=True):
+        actor, critic, out = epoch_fn(
+          actor, critic, ppo_batch, rng, at, epoch_packs
+        )
         parts.append(out)
       for role in ("actor", "critic"):
         metrics.update(_stacked_means([p[role] for p in parts if role in p]))
@@ -463,6 +502,45 @@ class Learner:
           f"iteration {index}: {name} is {metrics[name]}."
         )
     return (actor, critic), metrics
+
+  def _pack_rows(self, need: int) -> int:
+    """Packed rows for `need`: a multiple of the batch's shards."""
+    shards = self._row_shards
+    return max(1, -(-need // shards)) * shards
+
+  def _whole_batch_pack(self, valid: np.ndarray):
+    """(src, dst) packing every row of the batch, on the devices."""
+    plan = packing.plan(valid, self._pack_rows(packing.rows_needed(valid)))
+    return jax.device_put((plan.src, plan.dst), self.replicated)
+
+  def _epoch_packs(self, valid: np.ndarray, rng: jax.Array, epochs):
+    """Each epoch's per-minibatch packing, and the packed slots' density.
+
+    The minibatches are `steps.epoch_order`'s (read back from the devices,
+    the order `ppo_epoch` uses); each micro-batch is packed on its own, all
+    into the same number of rows, so one compiled step serves them all.
+    """
+    groups = []
+    for at in epochs:
+      order = np.asarray(jax.device_get(self._order(rng, at)))
+      groups.append(
+        [np.array_split(idx, self._num_micro) for idx in order]  # [M][U]
+      )
+    need = max(
+      packing.rows_needed(valid[rows])
+      for epoch in groups
+      for minibatch in epoch
+      for rows in minibatch
+    )
+    rows = self._pack_rows(need)
+    packs = []
+    for epoch in groups:
+      plans = [[packing.plan(valid[r], rows) for r in mb] for mb in epoch]
+      src = np.stack([np.concatenate([p.src for p in mb]) for mb in plans])
+      dst = np.stack([np.concatenate([p.dst for p in mb]) for mb in plans])
+      packs.append(jax.device_put((src, dst), self.replicated))
+    slots = rows * valid.shape[1] * self._num_micro * len(groups[0])
+    return packs, float(valid.sum()) / slots
 
 
 @dataclasses.dataclass

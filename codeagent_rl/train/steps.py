@@ -37,6 +37,7 @@ from codeagent_rl.rl import gae
 from codeagent_rl.rl import kl as kl_lib
 from codeagent_rl.rl import losses
 from codeagent_rl.train import keys
+from codeagent_rl.train import packing
 
 
 @struct.dataclass
@@ -54,6 +55,10 @@ class PPOBatch:
     advantages: float32 advantages (0 off the mask).
     returns: float32 value targets (0 off the mask).
     old_values: float32 critic values at rollout time.
+    pack_src: None, or the `packing.Plan.src` of each micro-batch stacked
+      ([micro-batches * R, T]): the forwards run on packed rows.
+    pack_dst: None, or [B, T] `packing.Plan.dst` of each row, into its
+      micro-batch's packed rows.
   """
 
   tokens: jax.Array
@@ -64,6 +69,15 @@ class PPOBatch:
   advantages: jax.Array
   returns: jax.Array
   old_values: jax.Array
+  pack_src: jax.Array | None = None
+  pack_dst: jax.Array | None = None
+
+  @property
+  def pack(self) -> tuple[jax.Array, jax.Array] | None:
+    """(src, dst) of a packed micro-batch, or None."""
+    if self.pack_src is None:
+      return None
+    return self.pack_src, self.pack_dst
 
 
 def _shift(stats: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -111,10 +125,28 @@ def shifted_values(values_bt: jax.Array) -> jax.Array:
   return jnp.pad(values_bt[:, :-1], ((0, 0), (1, 0)))
 
 
-def _apply(model, params, tokens, valid):
+def _apply(model, params, tokens, valid, pack=None, method=None):
+  """The model's per-token output on [B, T] rows, packed or not.
+
+  With `pack` (src, dst) the rows run as `packing` lays them out and the
+  output comes back unpacked: [B, T, ...], zeros at padding.
+  """
   positions = transformer.positions_from_valid(valid)
-  out, _ = model.apply({"params": params}, tokens, positions, valid)
-  return out
+  variables = {"params": params}
+  if pack is None:
+    out, _ = model.apply(variables, tokens, positions, valid, method=method)
+    return out
+  src, dst = pack
+  out, _ = model.apply(
+    variables,
+    packing.pack(tokens, src),
+    packing.pack(positions, src),
+    src >= 0,
+    None,
+    packing.segments(src, tokens.shape[1]),
+    method=method,
+  )
+  return packing.unpack(out, dst)
 
 
 def shifted_token_stats(
@@ -126,23 +158,52 @@ def shifted_token_stats(
   temperature: float = 1.0,
   vocab_limit: int = 0,
   extra: tuple[str, ...] = (),
+  pack: tuple[jax.Array, jax.Array] | None = None,
 ) -> dict[str, jax.Array]:
   """[B, T] stats of token t given the tokens before it; 0 at t = 0.
 
   Equal to `shifted_log_probs` (and `shifted_entropy`, the argmax hits) of
   the actor's logits, computed from its hidden states
-  `model.config.logits_chunk` positions at a time (`token_stats`).
+  `model.config.logits_chunk` positions at a time (`token_stats`). With
+  `pack` (a `packing.Plan`'s src, dst) the forward runs on packed rows;
+  the stats at valid positions are the same.
   """
-  positions = transformer.positions_from_valid(valid)
   variables = {"params": params}
-  hidden, _ = model.apply(
-    variables, tokens, positions, valid, method=transformer.Actor.hidden
-  )
 
   def head(h):
     return model.apply(variables, h, method=transformer.Actor.logits)
 
   chunk = model.config.logits_chunk
+  if pack is not None:
+    src, dst = pack
+    t = tokens.shape[1]
+    packed = packing.pack(tokens, src)
+    hidden, _ = model.apply(
+      variables,
+      packed,
+      packing.pack(transformer.positions_from_valid(valid), src),
+      src >= 0,
+      None,
+      packing.segments(src, t),
+      method=transformer.Actor.hidden,
+    )
+    # Slot j predicts slot j + 1: the next token of its own trajectory
+    # (a trajectory's last slot predicts a neighbour's first token; that
+    # value lands past the row's end, off every mask).
+    stats = token_stats.token_stats(
+      head,
+      hidden,
+      jnp.pad(packed[:, 1:], ((0, 0), (0, 1))),
+      chunk=chunk,
+      temperature=temperature,
+      vocab_limit=vocab_limit,
+      extra=extra,
+    )
+    return _shift({k: packing.unpack(v, dst)[:, :-1] for k, v in stats.items()})
+  positions = transformer.positions_from_valid(valid)
+  hidden, _ = model.apply(
+    variables, tokens, positions, valid, method=transformer.Actor.hidden
+  )
   if not chunk:
     # All positions' logits, then the first T - 1: the same matmul shapes as
     # the actor's own forward, so a run without chunking keeps its numbers
@@ -175,6 +236,7 @@ def actor_log_probs(
   model: transformer.Actor,
   temperature: float,
   vocab_limit: int,
+  pack: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
   """[B, T] shifted log-probs of `tokens` under the actor."""
   return shifted_token_stats(
@@ -184,6 +246,7 @@ def actor_log_probs(
     valid,
     temperature=temperature,
     vocab_limit=vocab_limit,
+    pack=pack,
   )["logp"]
 
 
@@ -194,9 +257,10 @@ def critic_values(
   length: jax.Array,
   *,
   model: transformer.Critic,
+  pack: tuple[jax.Array, jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """([B, T] shifted values, [B] value after the last valid token)."""
-  values = _apply(model, params, tokens, valid)
+  values = _apply(model, params, tokens, valid, pack)
   last = jnp.clip(length - 1, 0, values.shape[1] - 1)
   after_last = jnp.take_along_axis(values, last[:, None], axis=1)[:, 0]
   return shifted_values(values), after_last
@@ -305,6 +369,7 @@ def _actor_loss(params, micro, *, model, rl, temperature, vocab_limit, norm):
     temperature=temperature,
     vocab_limit=vocab_limit,
     extra=("entropy",),
+    pack=micro.pack,
   )
   logp = stats["logp"]
   loss_cfg = rl.loss
@@ -369,7 +434,9 @@ def actor_step(
 
 
 def _critic_loss(params, micro, *, model, rl, norm):
-  values = shifted_values(_apply(model, params, micro.tokens, micro.valid))
+  values = shifted_values(
+    _apply(model, params, micro.tokens, micro.valid, micro.pack)
+  )
   loss_cfg = rl.loss
   loss, diag = losses.clipped_value_loss(
     values,
@@ -444,12 +511,22 @@ def sft_step(
   return state.apply_gradients(grads, tx), metrics
 
 
+def epoch_order(
+  update_rng: jax.Array, epoch: jax.Array, *, rows: int, minibatches: int
+) -> jax.Array:
+  """[M, rows // M] the rows of each minibatch of an epoch (a permutation)."""
+  size = rows // minibatches
+  perm = jax.random.permutation(keys.epoch(update_rng, epoch), rows)
+  return perm[: minibatches * size].reshape(minibatches, size)
+
+
 def ppo_epoch(
   actor: state_lib.TrainState,
   critic: state_lib.TrainState | None,
   batch: PPOBatch,
   update_rng: jax.Array,
   epoch: jax.Array,
+  packs: tuple[jax.Array, jax.Array] | None = None,
   *,
   actor_step: Callable | None,
   critic_step: Callable | None,
@@ -464,6 +541,9 @@ def ppo_epoch(
     batch: the iteration's [B, T] `PPOBatch`, on the devices.
     update_rng: the iteration's update key (`keys.ppo_iteration`).
     epoch: int32 scalar, the epoch's index.
+    packs: None (rows run padded), or each minibatch's packing in the
+      order `epoch_order` gives: src [M, micro-batches * R, T] and dst
+      [M, B // M, T] (see `PPOBatch.pack_src`).
     actor_step: `steps.actor_step` with its hyperparameters bound, or None
       when the actor does not train this iteration.
     critic_step: `steps.critic_step` bound likewise, or None.
@@ -474,16 +554,17 @@ def ppo_epoch(
     (actor, critic, metrics): the metrics of each step stacked over the M
     minibatches, under "actor" and "critic".
   """
-  rows = batch.tokens.shape[0]
-  size = rows // minibatches
-  perm = jax.random.permutation(keys.epoch(update_rng, epoch), rows)
-  order = perm[: minibatches * size].reshape(minibatches, size)
+  order = epoch_order(
+    update_rng, epoch, rows=batch.tokens.shape[0], minibatches=minibatches
+  )
 
   def one_minibatch(carry, xs):
     actor, critic = carry
-    m, idx = xs
+    m, idx, pack = xs
     minibatch = jax.tree.map(lambda x: x[idx], batch)
     minibatch = jax.lax.with_sharding_constraint(minibatch, batch_sharding)
+    if pack is not None:
+      minibatch = minibatch.replace(pack_src=pack[0], pack_dst=pack[1])
     step_rng = keys.minibatch(update_rng, epoch, m)
     out = {}
     if actor_step is not None:
@@ -495,7 +576,7 @@ def ppo_epoch(
   (actor, critic), metrics = jax.lax.scan(
     one_minibatch,
     (actor, critic),
-    (jnp.arange(minibatches, dtype=jnp.int32), order),
+    (jnp.arange(minibatches, dtype=jnp.int32), order, packs),
   )
   return actor, critic, metrics
 

@@ -401,3 +401,33 @@ def test_value_pretraining_targets_are_monte_carlo_returns(learner):
   want = np.broadcast_to(total[:, None], mask.shape)
   np.testing.assert_allclose(mc_returns[mask], want[mask], atol=1e-6)
   assert np.abs(gae_returns[mask] - want[mask]).max() > 0.1
+
+
+def _update(learner, params, total):
+  """(host params of actor and critic, metrics) after one update."""
+  sft_params, ref_params = params
+  states = learner.initial_states(sft_params, jax.random.key(1))
+  batch, total = _rollout(total)
+  learner.ref_params = jax.device_put(ref_params, learner.shardings[0].params)
+  (actor, critic), metrics = learner.update(
+    states, batch, total, 0, jax.random.key(3), metrics_lib.PhaseTimer()
+  )
+  return jax.device_get((actor.params, critic.params)), metrics
+
+
+def test_packed_rows_give_the_update_of_padded_rows(learner, params):
+  """`ppo.packing` changes the layout of the forwards, not the update."""
+  total = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.5]
+  want_params, want = _update(learner, params, total)
+  got_params, got = _update(_with_ppo(learner, packing=True), params, total)
+  assert 0 < got["perf/pack_density"] <= 1
+  for key, value in want.items():
+    if not key.startswith(("perf/", "time/")):
+      np.testing.assert_allclose(
+        got[key], value, rtol=1e-4, atol=1e-6, err_msg=key
+      )
+  jax.tree.map(
+    lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5),
+    got_params,
+    want_params,
+  )
