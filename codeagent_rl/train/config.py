@@ -215,6 +215,9 @@ class PPOConfig:
       trajectories placed one after another in rows of the batch's length,
       attention and positions per trajectory (`train/packing.py`); same
       losses and gradients, less padding when lengths differ widely.
+    reference_on_host: the frozen KL reference's params live in pinned host
+      memory and are copied to the devices for its log-prob pass each
+      iteration: a model's parameter bytes freed on the devices.
     eval_every: iterations between evaluations (the last one always runs).
     value_pretrain_iterations: before the first PPO iteration, at most this
       many rounds that regress the critic on Monte-Carlo returns (lambda 1)
@@ -236,6 +239,7 @@ class PPOConfig:
   skip_actor_on_flat_rewards: bool
   length_bucket: int
   packing: bool
+  reference_on_host: bool
   eval_every: int
   value_pretrain_iterations: int
   value_pretrain_patience: int
@@ -255,7 +259,7 @@ class PPOConfig:
         f"config.ppo.value_pretrain_min_gain={gain!r}: must be a finite"
         " number >= 0."
       )
-    for name in ("skip_actor_on_flat_rewards", "packing"):
+    for name in ("skip_actor_on_flat_rewards", "packing", "reference_on_host"):
       if type(getattr(self, name)) is not bool:
         raise ValueError(
           f"config.ppo.{name}={getattr(self, name)!r}: must be a bool."

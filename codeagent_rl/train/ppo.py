@@ -171,7 +171,9 @@ class Learner:
       exp: the experiment.
       mesh: the device mesh.
       rules: its logical-axis rules.
-      ref_params: the frozen KL reference (the SFT actor's params).
+      ref_params: the frozen KL reference (the SFT actor's params); with
+        `ppo.reference_on_host` it is moved to pinned host memory (see
+        `ref_params`).
       env: the environment, with its sandbox pool (for `iteration`).
       anticheat: both stages, for the rollout rewards (for `iteration`).
       cache_len: KV-cache slots of a rollout (`agent_loop.cache_len_for`).
@@ -179,7 +181,6 @@ class Learner:
     self.exp = exp
     self.mesh = mesh
     self.rules = rules
-    self.ref_params = ref_params
     self.env = env
     self.anticheat = anticheat
     self.cache_len = cache_len
@@ -189,6 +190,7 @@ class Learner:
     self.shardings = state_lib.train_state_shardings(
       exp.model, exp.optim, mesh, rules, exp.critic_model
     )
+    self.ref_params = ref_params
     actor_sh, critic_sh = self.shardings
     self.batch_sharding = sharding.batch_sharding(mesh, rules)
     self.replicated = jax.sharding.NamedSharding(
@@ -214,6 +216,29 @@ class Learner:
     self.values = jax.jit(
       functools.partial(steps.critic_values, model=critic),
       out_shardings=self.batch_sharding,
+    )
+    on_device = jax.tree.map(
+      lambda s: s.with_memory_kind("device"), self.shardings[0].params
+    )
+
+    def ref_log_probs(params, tokens, valid, pack=None):
+      # Host-resident reference params stream to the devices inside the
+      # computation, layer shards where the actor's are.
+      params = jax.device_put(params, on_device)
+      return steps.actor_log_probs(
+        params,
+        tokens,
+        valid,
+        model=actor,
+        temperature=temperature,
+        vocab_limit=vocab_limit,
+        pack=pack,
+      )
+
+    self._ref_log_probs = (
+      jax.jit(ref_log_probs, out_shardings=self.batch_sharding)
+      if exp.ppo.reference_on_host
+      else self.log_probs
     )
     self.targets = jax.jit(functools.partial(steps.targets, rl=exp.rl))
     # Value pre-training regresses the critic on Monte-Carlo returns:
@@ -283,6 +308,26 @@ class Learner:
       for trains in (True, False)
     }
 
+  @property
+  def ref_params(self) -> Any:
+    """The frozen KL reference's params.
+
+    With `ppo.reference_on_host` they live in pinned host memory (the
+    reference has no optimiser state, so this frees a whole model's
+    parameter bytes on the devices; each iteration's reference log-prob
+    pass copies them in). Assigning places them there.
+    """
+    return self._ref_params
+
+  @ref_params.setter
+  def ref_params(self, params: Any) -> None:
+    if params is not None and self.exp.ppo.reference_on_host:
+      host = jax.tree.map(
+        lambda s: s.with_memory_kind("pinned_host"), self.shardings[0].params
+      )
+      params = jax.device_put(params, host)
+    self._ref_params = params
+
   def initial_states(self, sft_params: Any, rng: jax.Array) -> States:
     """(actor, critic) states starting from the SFT params.
 
@@ -298,6 +343,9 @@ class Learner:
         exp.critic_model,
         {"params": self.shardings[1].params},
       )["params"]
+    # On the devices (a no-op there; the params may be the host-resident
+    # reference's).
+    sft_params = jax.device_put(sft_params, self.shardings[0].params)
     with sharding.axis_rules(self.mesh, self.rules):
       actor, critic = state_lib.states_from_actor_params(
         sft_params,
@@ -429,7 +477,7 @@ class Learner:
       tokens, valid = arrays["tokens"], arrays["valid"]
       pack = self._whole_batch_pack(host["valid"]) if packed else None
       old_logp = self.log_probs(actor.params, tokens, valid, pack=pack)
-      ref_logp = self.log_probs(self.ref_params, tokens, valid, pack=pack)
+      ref_logp = self._ref_log_probs(self.ref_params, tokens, valid, pack=pack)
       if critic is not None:
         values, after_last = self.values(
           critic.params, tokens, valid, arrays["length"], pack=pack

@@ -239,6 +239,9 @@ def train_and_evaluate(
       anticheat=anticheat,
       cache_len=cache_len,
     )
+    if exp.ppo.reference_on_host:
+      # Only the host copy stays: PPO's actor is made from it.
+      sft_params = learner.ref_params
     with metrics_lib.MetricsWriter(
       str(paths.root), start_iteration=done_before
     ) as writer:

@@ -431,3 +431,23 @@ def test_packed_rows_give_the_update_of_padded_rows(learner, params):
     got_params,
     want_params,
   )
+
+
+def test_a_reference_in_host_memory_gives_the_same_update(learner, params):
+  total = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.5]
+  want_params, want = _update(learner, params, total)
+  host = _with_ppo(learner, reference_on_host=True)
+  # The same compiled steps; the reference pass is the one a learner built
+  # with the flag makes.
+  host._ref_log_probs = ppo_lib.Learner(
+    host.exp, learner.mesh, learner.rules
+  )._ref_log_probs
+  got_params, got = _update(host, params, total)
+  kinds = {x.sharding.memory_kind for x in jax.tree.leaves(host.ref_params)}
+  assert kinds == {"pinned_host"}
+  for key, value in want.items():
+    if not key.startswith(("perf/", "time/")):
+      np.testing.assert_allclose(
+        got[key], value, rtol=1e-6, atol=1e-7, err_msg=key
+      )
+  jax.tree.map(np.testing.assert_array_equal, got_params, want_params)
