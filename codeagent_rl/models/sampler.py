@@ -11,15 +11,19 @@ row's next token, and each row's next position. Two jittable steps act on it:
   Greedy, temperature, top-k and top-p sampling.
 
 Memory is the cache plus one step of activations; the state is donated from
-call to call and dropped after the rollout. `Sampler` is the host-side
-wrapper that jits both steps once, tracks how full the cache is, and stops
-with a clear error before a write would overflow it.
+call to call and dropped after the rollout. On a mesh the state is split
+like the batch: rows over the `batch` rule's mesh axes, the cache's
+key/value heads over the `heads` rule's (`state_shardings`). `Sampler` is
+the host-side wrapper that jits both steps (once per layout of the state),
+tracks how full the cache is, and stops with a clear error before a write
+would overflow it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import chex
@@ -27,11 +31,17 @@ from flax import struct
 import jax
 from jax import lax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 import numpy as np
 
 from codeagent_rl.models import transformer
 
 _NEG_INF = -1e30
+# A logical axis's mesh axes, and logical-to-mesh rules, as
+# `codeagent_rl.parallel.mesh` validates them (models import no `parallel`).
+MeshAxes = str | tuple[str, ...] | None
+Rules = tuple[tuple[str, MeshAxes], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +126,93 @@ def empty_state(
   )
 
 
+def _state_tree(
+  config: transformer.TransformerConfig, kv: Any, rows: Any, scalar: Any
+) -> DecodeState:
+  """A `DecodeState`-shaped tree of `kv`, `rows` and `scalar` leaves.
+
+  `kv` sits at every layer's keys and values, `scalar` at the cache's
+  index and `rows` at the other (per-row) leaves.
+  """
+  layer = transformer.LayerKV(k=kv, v=kv)
+  return DecodeState(
+    cache=transformer.KVCache(
+      layers=(layer,) * config.num_layers,
+      valid=rows,
+      positions=rows,
+      index=scalar,
+    ),
+    last_logits=rows,
+    next_pos=rows,
+  )
+
+
+def _mesh_axes_that_split(
+  mesh: jax.sharding.Mesh,
+  mesh_axes: MeshAxes,
+  size: int,
+  taken: tuple[str, ...] = (),
+) -> MeshAxes:
+  """`mesh_axes` if they split `size` evenly and use no `taken` axis."""
+  if mesh_axes is None:
+    return None
+  names = (mesh_axes,) if isinstance(mesh_axes, str) else mesh_axes
+  if any(name in taken for name in names):
+    return None
+  if size % math.prod(mesh.shape[name] for name in names):
+    return None
+  return mesh_axes
+
+
+def state_shardings(
+  config: transformer.TransformerConfig,
+  mesh: jax.sharding.Mesh,
+  rules: Rules,
+  batch: int,
+) -> DecodeState:
+  """Where each leaf of a `DecodeState` of `batch` rows lives on `mesh`.
+
+  Rows (of the cache, its slot metadata, `last_logits`, `next_pos`) are
+  split over the mesh axes of the `batch` rule, and the cache's key/value
+  heads over those of the `heads` rule, each only where the axes divide
+  the size: a rollout batch of any size must run, so rows that do not
+  divide (e.g. 3 over data x fsdp = 4) are replicated instead, as are
+  heads whose mesh axes the rows already use. Slots, head width, the
+  vocabulary and the cache's write index are never split: decoding writes
+  one slot of every row at a time and samples over the whole vocabulary.
+
+  Args:
+    config: the model whose cache it is.
+    mesh: the device mesh the params are on.
+    rules: validated logical-to-mesh rules.
+    batch: rows of the state.
+
+  Returns:
+    A `DecodeState` of `NamedSharding`s, for `Sampler.start`.
+
+  Raises:
+    ValueError: the rules have no `batch` or no `heads` rule.
+  """
+  table = dict(rules)
+  missing = [name for name in ("batch", "heads") if name not in table]
+  if missing:
+    raise ValueError(
+      f"mesh.rules has no rule for {missing}; the sampler's KV cache needs"
+      " one (mesh axes or None) for each."
+    )
+  rows = _mesh_axes_that_split(mesh, table["batch"], batch)
+  taken = () if rows is None else (rows,) if isinstance(rows, str) else rows
+  heads = _mesh_axes_that_split(
+    mesh, table["heads"], config.num_kv_heads, taken
+  )
+  return _state_tree(
+    config,
+    kv=NamedSharding(mesh, PartitionSpec(rows, heads)),
+    rows=NamedSharding(mesh, PartitionSpec(rows)),
+    scalar=NamedSharding(mesh, PartitionSpec()),
+  )
+
+
 def extend(
   params: Any,
   state: DecodeState,
@@ -142,11 +239,29 @@ def extend(
   chex.assert_equal_shape([tokens, valid])
   valid = valid.astype(bool)
   positions = transformer.positions_from_valid(valid, start=state.next_pos)
-  logits, cache = model.apply(params, tokens, positions, valid, state.cache)
   c = tokens.shape[1]
   has_any = jnp.any(valid, axis=1)
   last = c - 1 - jnp.argmax(valid[:, ::-1], axis=1)
-  chunk_last = jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0]
+  if model.config.logits_chunk:
+    # A large vocabulary: only the last position's logits, never [B, C, V]
+    # (a 4k-token prompt at V=151936 would be 2.5 GB a row).
+    hidden, cache = model.apply(
+      params,
+      tokens,
+      positions,
+      valid,
+      state.cache,
+      method=transformer.Actor.hidden,
+    )
+    hidden = jnp.take_along_axis(hidden, last[:, None, None], axis=1)
+    chunk_last = model.apply(params, hidden, method=transformer.Actor.logits)
+    chunk_last = chunk_last[:, 0]
+  else:
+    # All positions' logits: the matmul shapes the small models' numbers
+    # were measured with (a [B, 1, D] head rounds differently).
+    logits, cache = model.apply(params, tokens, positions, valid, state.cache)
+    chunk_last = jnp.take_along_axis(logits, last[:, None, None], axis=1)
+    chunk_last = chunk_last[:, 0]
   return DecodeState(
     cache=cache,
     last_logits=jnp.where(has_any[:, None], chunk_last, state.last_logits),
@@ -297,7 +412,7 @@ def decode(
 
 
 class Sampler:
-  """Host-side driver: jits `extend` and `decode` once, guards the cache.
+  """Host-side driver: jits `extend` and `decode`, guards the cache.
 
   Example:
     sampler = Sampler(actor, model_cfg, sampler_cfg, pad_id=tok.pad_id)
@@ -305,6 +420,9 @@ class Sampler:
     state = sampler.extend(params, state, prompt_tokens, prompt_valid)
     state, out = sampler.decode(params, state, rng, budgets, stop_ids)
     state = sampler.extend(params, state, obs_tokens, obs_valid)  # next turn
+
+  Each step keeps the state where `start` put it: the steps are jitted
+  once per layout of the state, with that layout as their output's.
   """
 
   def __init__(
@@ -314,34 +432,67 @@ class Sampler:
     cfg: SamplerConfig,
     *,
     pad_id: int,
+    rules: Rules | None = None,
   ):
+    """Binds the model and the sampling settings.
+
+    Args:
+      model: the actor module.
+      model_cfg: its config.
+      cfg: sampling settings.
+      pad_id: token written after a row stopped.
+      rules: validated logical-to-mesh rules: a state for params on a
+        mesh is then sharded by `state_shardings`; None: it is
+        replicated there.
+    """
     self._model_cfg = model_cfg
     self.cfg = cfg
-    self._extend = jax.jit(
-      functools.partial(extend, model=model), donate_argnums=(1,)
+    self.rules = rules
+    self._extend_fn = functools.partial(extend, model=model)
+    self._decode_fn = functools.partial(
+      decode, model=model, cfg=cfg, pad_id=pad_id
     )
-    self._decode = jax.jit(
-      functools.partial(decode, model=model, cfg=cfg, pad_id=pad_id),
-      donate_argnums=(1,),
-    )
+    # Jitted (extend, decode) per layout of the state (a `DecodeState` of
+    # shardings): their output stays in it, call after call.
+    self._steps: dict[DecodeState, tuple[Any, Any]] = {}
     # Jitted `empty_state` per (batch, max_len, sharding): made on the
     # devices, never copied there from the host.
     self._empty: dict[tuple, Any] = {}
+
+  def shardings_for(
+    self, placement: jax.sharding.Sharding, batch: int
+  ) -> DecodeState:
+    """Where a state of `batch` rows goes, for params at `placement`.
+
+    Args:
+      placement: the replicated sharding of the params' devices
+        (`transfers.replicated_like(params)`).
+      batch: rows.
+
+    Returns:
+      A `DecodeState` of shardings: `state_shardings` over the placement's
+      mesh when the sampler has rules, else `placement` for every leaf.
+      Its `next_pos` is also where [B, ...] inputs (tokens, budgets) go.
+    """
+    if self.rules is not None and isinstance(placement, NamedSharding):
+      return state_shardings(self._model_cfg, placement.mesh, self.rules, batch)
+    return _state_tree(self._model_cfg, placement, placement, placement)
 
   def start(
     self,
     batch: int,
     max_len: int,
     *,
-    sharding: jax.sharding.Sharding | None = None,
+    sharding: jax.sharding.Sharding | DecodeState | None = None,
   ) -> DecodeState:
     """An empty state whose cache holds `max_len` tokens per row.
 
     Args:
       batch: rows.
       max_len: cache slots per row.
-      sharding: where the state is made (the replicated sharding of the
-        mesh the params are on); None: the default device.
+      sharding: where the state is made: one sharding for every leaf, or a
+        `DecodeState` of shardings (`shardings_for`, `state_shardings`);
+        None: the default device.
     """
     key = (batch, max_len, sharding)
     if key not in self._empty:
@@ -350,6 +501,22 @@ class Sampler:
         out_shardings=sharding,
       )
     return self._empty[key]()
+
+  def _jitted(self, state: DecodeState) -> tuple[Any, Any]:
+    """(extend, decode) jitted to return the state in its own shardings."""
+    layout = jax.tree.map(lambda x: x.sharding, state)
+    if layout not in self._steps:
+      rows = layout.next_pos
+      out = SampleOutput(
+        tokens=rows, log_probs=rows, lengths=rows, stopped=rows
+      )
+      self._steps[layout] = (
+        jax.jit(self._extend_fn, out_shardings=layout, donate_argnums=(1,)),
+        jax.jit(
+          self._decode_fn, out_shardings=(layout, out), donate_argnums=(1,)
+        ),
+      )
+    return self._steps[layout]
 
   def _check_room(self, state: DecodeState, needed: int, what: str) -> None:
     used = int(jax.device_get(state.cache.index))
@@ -364,19 +531,22 @@ class Sampler:
   def extend(self, params, state, tokens, valid) -> DecodeState:
     """Incremental prefill; see `extend`.
 
-    Under `jax.transfer_guard("disallow")` the arrays must already be where
-    the state is (`device_put` them there).
+    Under `jax.transfer_guard("disallow")` the arrays must already be on
+    the state's devices (`device_put` them where its rows are).
     """
     self._check_room(state, np.shape(tokens)[1], "extend")
-    return self._extend(params, state, tokens, valid)
+    extend_fn, _ = self._jitted(state)
+    return extend_fn(params, state, tokens, valid)
 
   def decode(self, params, state, rng, budgets, stop_ids):
     """Samples one turn; see `decode`.
 
     The loop runs at most max(budgets) steps (capped at `max_new_tokens`),
     so that is the room the cache needs. `budgets` may be a host or a
-    device array (read back by `device_get`).
+    device array (read back by `device_get`). The output's rows are
+    placed like the state's.
     """
     most = int(np.max(jax.device_get(budgets), initial=0))
     self._check_room(state, min(most, self.cfg.max_new_tokens), "decode")
-    return self._decode(params, state, rng, budgets, stop_ids)
+    _, decode_fn = self._jitted(state)
+    return decode_fn(params, state, rng, budgets, stop_ids)

@@ -109,30 +109,34 @@ class SamplerPolicy:
     self._params = params
     self._pad_id = fmt.pad_id
     # Every input of the sampler goes, by `device_put`, to the devices the
-    # params are on, replicated: the state is made there too, so nothing
-    # is copied implicitly (the main job runs under a transfer guard).
+    # params are on: the state is made there too, so nothing is copied
+    # implicitly (the main job runs under a transfer guard). Per-row inputs
+    # go where the state's rows are (split over the mesh when the sampler
+    # has rules, see `Sampler.shardings_for`), the rest replicated.
     self._placement = transfers.replicated_like(params)
     self._stop_ids = jax.device_put(
       np.asarray(fmt.stop_ids, np.int32), self._placement
     )
     self._cache_len = cache_len
     self._state = None
+    self._rows = None
 
   def begin(self, prompts):
     """Prefills a fresh cache with the prompts."""
     tokens, valid = _pad_rows(prompts, self._pad_id)
+    shardings = self._sampler.shardings_for(self._placement, len(prompts))
+    self._rows = shardings.next_pos
     state = self._sampler.start(
-      len(prompts), self._cache_len, sharding=self._placement
+      len(prompts), self._cache_len, sharding=shardings
     )
     self._state = self._sampler.extend(
-      self._params, state, *jax.device_put((tokens, valid), self._placement)
+      self._params, state, *jax.device_put((tokens, valid), self._rows)
     )
 
   def generate(self, budgets, rng):
     """Decodes one turn per row through the cache."""
-    budgets, rng = jax.device_put(
-      (np.asarray(budgets, np.int32), rng), self._placement
-    )
+    budgets = jax.device_put(np.asarray(budgets, np.int32), self._rows)
+    rng = jax.device_put(rng, self._placement)
     self._state, out = self._sampler.decode(
       self._params, self._state, rng, budgets, self._stop_ids
     )
@@ -152,12 +156,13 @@ class SamplerPolicy:
     self._state = self._sampler.extend(
       self._params,
       self._state,
-      *jax.device_put((tokens, valid), self._placement),
+      *jax.device_put((tokens, valid), self._rows),
     )
 
   def end(self):
     """Releases the KV cache: nothing is kept after a rollout."""
     self._state = None
+    self._rows = None
 
 
 def cache_len_for(

@@ -38,7 +38,11 @@ from codeagent_rl.train import keys
 def make_sampler(
   exp: exp_lib.Experiment, temperature: float
 ) -> sampler_lib.Sampler:
-  """A sampler of the actor for one turn of `env.max_tokens_per_turn`."""
+  """A sampler of the actor for one turn of `env.max_tokens_per_turn`.
+
+  Its KV cache is sharded by the experiment's mesh rules (see
+  `sampler.state_shardings`) when the params are on a mesh.
+  """
   sampling = exp.sampling
   cfg = sampler_lib.SamplerConfig(
     temperature=temperature,
@@ -52,6 +56,7 @@ def make_sampler(
     exp.model,
     cfg,
     pad_id=exp.conversation.pad_id,
+    rules=exp.mesh.rules,
   )
 
 

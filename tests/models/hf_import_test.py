@@ -429,7 +429,11 @@ def test_qwen_configs_have_published_sizes(module, hf_json, published):
   cfg = tf.TransformerConfig.from_config(config.model)
   # The config file agrees with the published config.json.
   from_json = hf_import.config_from_hf(
-    hf_json, dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat
+    hf_json,
+    dtype=cfg.dtype,
+    param_dtype=cfg.param_dtype,
+    remat=cfg.remat,
+    logits_chunk=cfg.logits_chunk,
   )
   assert from_json == cfg
   assert abs(cfg.num_params() - published) / published < 0.01

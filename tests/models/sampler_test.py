@@ -1,6 +1,7 @@
 """Tests of codeagent_rl.models.sampler."""
 
 import dataclasses
+import functools
 
 import chex
 import jax
@@ -211,8 +212,11 @@ def test_sampled_decode_is_reproducible_and_traces_once(params):
     )
     results.append(np.asarray(out.tokens))
   np.testing.assert_array_equal(results[0], results[1])
-  assert sampler._decode._cache_size() == 1
-  assert sampler._extend._cache_size() == 1
+  # One layout of the state, one compile of each step.
+  assert len(sampler._steps) == 1
+  extend_fn, decode_fn = next(iter(sampler._steps.values()))
+  assert decode_fn._cache_size() == 1
+  assert extend_fn._cache_size() == 1
 
 
 @pytest.mark.parametrize(
@@ -227,3 +231,49 @@ def test_sampled_decode_is_reproducible_and_traces_once(params):
 def test_config_validation(field, value, match):
   with pytest.raises(ValueError, match=match):
     dataclasses.replace(GREEDY, **{field: value})
+
+
+def test_a_chunked_model_prefills_only_the_last_logits(params):
+  """With `logits_chunk` a prefill heads only each row's last position.
+
+  The same logits and greedy turn, and no [B, C, V] array in the compiled
+  step.
+  """
+  chunked_cfg = dataclasses.replace(CFG, logits_chunk=4)
+  chunked = tf.Actor(chunked_cfg)
+  states, outs = [], []
+  for model, cfg in ((ACTOR, CFG), (chunked, chunked_cfg)):
+    sampler = sampler_lib.Sampler(model, cfg, GREEDY, pad_id=PAD)
+    state = sampler.extend(params, sampler.start(2, 16), *prompts())
+    states.append(np.asarray(state.last_logits))
+    state, out = sampler.decode(
+      params, state, jax.random.PRNGKey(1), jnp.array([4, 4]), jnp.array([1])
+    )
+    outs.append(np.asarray(out.tokens))
+  np.testing.assert_allclose(states[1], states[0], rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(outs[1], outs[0])
+
+  big = dataclasses.replace(CFG, vocab_size=151_936)
+  tokens = jax.ShapeDtypeStruct((2, 2048), jnp.int32)
+  valid = jax.ShapeDtypeStruct((2, 2048), bool)
+
+  def temp_bytes(cfg):
+    model = tf.Actor(cfg)
+    variables = jax.eval_shape(
+      lambda: model.init(
+        jax.random.PRNGKey(0),
+        jnp.zeros((1, 1), jnp.int32),
+        jnp.zeros((1, 1), jnp.int32),
+        jnp.ones((1, 1), bool),
+      )
+    )
+    state = jax.eval_shape(lambda: sampler_lib.empty_state(cfg, 2, 2048))
+    step = jax.jit(functools.partial(sampler_lib.extend, model=model))
+    compiled = step.lower(variables, state, tokens, valid).compile()
+    return compiled.memory_analysis().temp_size_in_bytes
+
+  logits_bytes = 2 * 2048 * 151_936 * 4  # [B, C, V] float32: 2.5 GB
+  assert temp_bytes(big) > logits_bytes
+  assert temp_bytes(dataclasses.replace(big, logits_chunk=512)) < (
+    logits_bytes / 4
+  )

@@ -68,7 +68,7 @@ def test_unchunked_is_the_log_softmax_of_the_logits():
   want = np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
   np.testing.assert_allclose(got["logp"], want, rtol=1e-5, atol=1e-5)
   p = np.exp(logp)
-  ent = -np.where(p > 0, p * logp, 0).sum(-1)
+  ent = -(p * np.where(p > 0, logp, 0)).sum(-1)
   np.testing.assert_allclose(got["entropy"], ent, rtol=1e-5, atol=1e-5)
   hit = np.argmax(logits, -1) == np.asarray(targets)
   np.testing.assert_array_equal(got["argmax_hit"], hit)
