@@ -126,6 +126,9 @@ def get_ppo_config(smoke: bool) -> ml_collections.ConfigDict:
   ppo.epochs = 1
   ppo.minibatches = 1 if smoke else 4
   ppo.micro_batch_size = 2 if smoke else 4
+  # Rows per forward of the log-prob and value passes: like the train
+  # step's (no backward, so activations are the smaller part).
+  ppo.logprob_micro_batch_size = ppo.get_ref("micro_batch_size")
   # The critic alone first: its value head starts at zero.
   ppo.critic_warmup_iterations = 0 if smoke else 5
   ppo.skip_actor_on_flat_rewards = not smoke

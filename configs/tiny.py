@@ -276,6 +276,11 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   ppo.minibatches = 2
   # Rows per forward/backward (gradients accumulate over a minibatch).
   ppo.micro_batch_size = 8 if preset == "default" else 2
+  # The log-prob and value passes take every rollout at once: a 0.39M model
+  # on 32 short rows is small.
+  ppo.logprob_micro_batch_size = ppo.get_ref(
+    "prompts_per_iteration"
+  ) * ppo.get_ref("samples_per_prompt")
   # Iterations that train only the critic first (value head from zero).
   ppo.critic_warmup_iterations = 2 if preset == "default" else 0
   # Freeze the actor in an iteration whose rollouts all got the same reward

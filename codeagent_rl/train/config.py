@@ -202,6 +202,10 @@ class PPOConfig:
     minibatches: optimiser steps per epoch (rollouts split evenly).
     micro_batch_size: rows per forward/backward; gradients of a minibatch
       are accumulated over its micro-batches (exactly: one normaliser).
+    logprob_micro_batch_size: rows per forward of the log-prob and value
+      passes over an iteration's rollouts (one group after another, so a
+      forward never holds every rollout's activations); divides
+      `rollouts_per_iteration`.
     critic_warmup_iterations: first iterations that train only the critic
       (the actor is frozen while the value head learns the returns).
     skip_actor_on_flat_rewards: the actor does not update in an iteration
@@ -235,6 +239,7 @@ class PPOConfig:
   epochs: int
   minibatches: int
   micro_batch_size: int
+  logprob_micro_batch_size: int
   critic_warmup_iterations: int
   skip_actor_on_flat_rewards: bool
   length_bucket: int
@@ -274,6 +279,7 @@ class PPOConfig:
         "epochs",
         "minibatches",
         "micro_batch_size",
+        "logprob_micro_batch_size",
         "length_bucket",
         "eval_every",
       ),
@@ -290,6 +296,12 @@ class PPOConfig:
       raise ValueError(
         f"config.ppo.micro_batch_size={self.micro_batch_size}: must divide"
         f" the minibatch of {rows // self.minibatches} rollouts."
+      )
+    if rows % self.logprob_micro_batch_size:
+      raise ValueError(
+        "config.ppo.logprob_micro_batch_size="
+        f"{self.logprob_micro_batch_size}: must divide the"
+        f" {rows} rollouts of an iteration."
       )
 
   @property

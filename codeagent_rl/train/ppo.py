@@ -201,6 +201,8 @@ class Learner:
     )
     temperature = exp.sampling.temperature
     vocab_limit = exp.conversation.vocab_size
+    groups = exp.ppo.rollouts_per_iteration // exp.ppo.logprob_micro_batch_size
+    self._logprob_groups = groups
     self.sampler = eval_lib.make_sampler(exp, temperature)
     # Outputs laid out like the batch (the epochs' input sharding), also
     # when a packed forward's scatter back would leave them otherwise.
@@ -210,11 +212,12 @@ class Learner:
         model=actor,
         temperature=temperature,
         vocab_limit=vocab_limit,
+        num_groups=groups,
       ),
       out_shardings=self.batch_sharding,
     )
     self.values = jax.jit(
-      functools.partial(steps.critic_values, model=critic),
+      functools.partial(steps.critic_values, model=critic, num_groups=groups),
       out_shardings=self.batch_sharding,
     )
     on_device = jax.tree.map(
@@ -233,6 +236,7 @@ class Learner:
         temperature=temperature,
         vocab_limit=vocab_limit,
         pack=pack,
+        num_groups=groups,
       )
 
     self._ref_log_probs = (
@@ -557,9 +561,17 @@ class Learner:
     return max(1, -(-need // shards)) * shards
 
   def _whole_batch_pack(self, valid: np.ndarray):
-    """(src, dst) packing every row of the batch, on the devices."""
-    plan = packing.plan(valid, self._pack_rows(packing.rows_needed(valid)))
-    return jax.device_put((plan.src, plan.dst), self.replicated)
+    """(src, dst) of the log-prob and value passes' row groups, on the devices.
+
+    Each of the `ppo.logprob_micro_batch_size`-row groups is packed on its
+    own, all into the same number of rows.
+    """
+    groups = np.array_split(np.arange(valid.shape[0]), self._logprob_groups)
+    rows = self._pack_rows(max(packing.rows_needed(valid[g]) for g in groups))
+    plans = [packing.plan(valid[g], rows) for g in groups]
+    src = np.concatenate([p.src for p in plans])
+    dst = np.concatenate([p.dst for p in plans])
+    return jax.device_put((src, dst), self.replicated)
 
   def _epoch_packs(self, valid: np.ndarray, rng: jax.Array, epochs):
     """Each epoch's per-minibatch packing, and the packed slots' density.

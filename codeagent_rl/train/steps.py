@@ -228,6 +228,26 @@ def shifted_token_stats(
   return _shift(stats)
 
 
+def in_row_groups(fn, num_groups: int, arrays: tuple, pack=None):
+  """`fn(*arrays, pack)` run on `num_groups` consecutive row groups in turn.
+
+  A forward over a whole iteration's rollouts at once would hold all their
+  activations (attention alone is [B, heads, T, T]); `lax.map` runs one
+  group at a time. `pack` is per group as in `PPOBatch` (src stacked
+  [num_groups * R, T], dst relative to its group). The outputs are
+  concatenated back to [B, ...].
+  """
+  if num_groups == 1:
+    return fn(*arrays, pack)
+
+  def split(x):
+    return x.reshape((num_groups, -1) + x.shape[1:])
+
+  groups = jax.tree.map(split, (arrays, pack))
+  out = jax.lax.map(lambda g: fn(*g[0], g[1]), groups)
+  return jax.tree.map(lambda y: y.reshape((-1,) + y.shape[2:]), out)
+
+
 def actor_log_probs(
   params: Any,
   tokens: jax.Array,
@@ -237,17 +257,25 @@ def actor_log_probs(
   temperature: float,
   vocab_limit: int,
   pack: tuple[jax.Array, jax.Array] | None = None,
+  num_groups: int = 1,
 ) -> jax.Array:
-  """[B, T] shifted log-probs of `tokens` under the actor."""
-  return shifted_token_stats(
-    model,
-    params,
-    tokens,
-    valid,
-    temperature=temperature,
-    vocab_limit=vocab_limit,
-    pack=pack,
-  )["logp"]
+  """[B, T] shifted log-probs of `tokens` under the actor.
+
+  `num_groups` row groups run one after another (`in_row_groups`).
+  """
+
+  def one(tokens, valid, pack):
+    return shifted_token_stats(
+      model,
+      params,
+      tokens,
+      valid,
+      temperature=temperature,
+      vocab_limit=vocab_limit,
+      pack=pack,
+    )["logp"]
+
+  return in_row_groups(one, num_groups, (tokens, valid), pack)
 
 
 def critic_values(
@@ -258,9 +286,18 @@ def critic_values(
   *,
   model: transformer.Critic,
   pack: tuple[jax.Array, jax.Array] | None = None,
+  num_groups: int = 1,
 ) -> tuple[jax.Array, jax.Array]:
-  """([B, T] shifted values, [B] value after the last valid token)."""
-  values = _apply(model, params, tokens, valid, pack)
+  """([B, T] shifted values, [B] value after the last valid token).
+
+  `num_groups` row groups run one after another (`in_row_groups`).
+  """
+  values = in_row_groups(
+    lambda tokens, valid, pack: _apply(model, params, tokens, valid, pack),
+    num_groups,
+    (tokens, valid),
+    pack,
+  )
   last = jnp.clip(length - 1, 0, values.shape[1] - 1)
   after_last = jnp.take_along_axis(values, last[:, None], axis=1)[:, 0]
   return shifted_values(values), after_last

@@ -232,3 +232,22 @@ def test_packed_log_prob_and_value_passes_equal_padded():
     np.where(mask, got[0], 0), np.where(mask, want[0], 0), rtol=1e-5, atol=1e-5
   )
   np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+  # Two row groups one after another, each packed on its own.
+  grouped = _packed(batch, 2)
+  pack2 = (grouped.pack_src, grouped.pack_dst)
+  np.testing.assert_allclose(
+    np.where(
+      mask,
+      logp(a_params, batch.tokens, batch.valid, pack=pack2, num_groups=2),
+      0,
+    ),
+    np.where(mask, logp(a_params, batch.tokens, batch.valid), 0),
+    rtol=1e-5,
+    atol=1e-5,
+  )
+  got2 = values(
+    c_params, batch.tokens, batch.valid, length, pack=pack2, num_groups=2
+  )
+  np.testing.assert_allclose(got2[1], want[1], rtol=1e-5, atol=1e-5)
+  plain2 = values(c_params, batch.tokens, batch.valid, length, num_groups=2)
+  np.testing.assert_allclose(plain2[0], want[0], rtol=1e-5, atol=1e-5)
