@@ -2,7 +2,8 @@ r"""One PPO iteration of a Qwen2.5-Coder-0.5B-shaped model, phase by phase.
 
 Run from the repository root (the configs/ package lives there):
 
-  # CPU: 2 layers, the full 151,936-token vocabulary (a few minutes):
+  # CPU: 2 layers, the full 151,936-token vocabulary, 4 x 512 (about five
+  # minutes; PLATFORM_DEFAULTS says why 4 rows):
   PYTHONPATH=. python benchmarks/hf_ppo_bench.py
 
   # One setting (on a GPU: all 24 layers):
@@ -30,6 +31,16 @@ dtypes) with random weights; nothing is downloaded. `--num_layers` and
               over micro-batches of at most `--micro_tokens` padded tokens;
               the passes take the same row groups, one call each.
 
+The variants: `chunked` computes log-probs from hidden states
+`--logits_chunk` positions at a time, `unchunked` all [rows, T, V] logits
+at once; `packed` is `chunked` with each micro-batch's trajectories packed
+first-fit decreasing into R shared rows of length T (`train/packing.py`;
+segment ids keep attention inside a trajectory), R the most any
+micro-batch needs, as `ppo.Learner` packs them; the passes' groups are
+packed alike. A learner row records the rows a micro-batch has
+("padded_rows"), the rows it runs packed ("packed_rows", null unless
+packed) and "row_density", valid tokens over the slots the forwards run.
+
 Each row has its own length, log-uniform between length / 16 and length
 (seeded; row 0 at full length), right-padded, its first eighth prompt (not
 trainable); every variant gets the same rows. tokens/s counts valid
@@ -39,14 +50,14 @@ long (measured at 2 x 512; the fresh buffers' page faults).
 
 FLOPs (stated so the numbers can be checked; valid tokens only):
 
-  forward(n) = 2 * n * N_matmul + 4 * L * H * hd * n^2   for a row of n
+  forward(n) = 2 * n * N_matmul + 4 * L * H * hd * n^2   per trajectory
   N_matmul = L * (2*d*H*hd + 2*d*K*hd + 3*d*F) + d * head_out
 
 head_out is V for the actor (the tied embedding is its output projection)
 and 1 for the critic. The n^2 term is the attention-score and
 weighted-value products over the full n x n matrix (PaLM, Chowdhery et al.
 2022, appendix B), not halved for the causal mask. A train step counts
-3 * (forward_actor + forward_critic) a row (forward, input and weight
+3 * (forward_actor + forward_critic) a trajectory (forward, input and weight
 gradients; remat's recomputation is not counted: model FLOPs, not hardware
 FLOPs), the log-prob pass forward_actor, the value pass forward_critic,
 and prefill forward_trunk(prompt) + 2 * d * V a row, forward_trunk being
@@ -54,6 +65,12 @@ forward with head_out = 0: `extend` asks for the logits of every position
 but keeps only each row's last, and XLA moves that gather before the
 output projection (seen in the optimised HLO on CPU). Norms, softmax,
 losses and the optimiser are not counted.
+n is a trajectory's valid tokens, so every variant counts the same FLOPs,
+however its rows are laid out. The model computes more: attention over all
+T x T positions of a padded row, and of a packed row too (segment ids mask
+the pairs of different trajectories, they do not skip them), so a packed
+row of several trajectories does more attention work than the sum of
+their n^2 terms; like padding, that is not counted.
 MFU = FLOPs / median time / peak: on a GPU the dense bfloat16 peak of its
 device kind (GPU_PEAK_FLOPS; none for other kinds or dtypes), on a CPU the
 FLOP/s of a square `jnp.dot` in the run's dtype measured in the same run.
@@ -113,14 +130,16 @@ GPU_PEAK_FLOPS = (
   ("H100", 989e12),
   ("A100", 312e12),
 )
-# What a flag left unset means, by platform. The CPU run takes a few
-# minutes on 2 cores: a 2 x 512 train step of the 2-layer model computes
-# ~1.2 TFLOP over its padded positions, most in the 151,936-wide output
-# projection.
+# What a flag left unset means, by platform. The CPU run takes about five
+# minutes on 2 cores: a 4 x 512 train step of the 2-layer model computes
+# ~2.4 TFLOP over its padded positions, most in the 151,936-wide output
+# projection. 4 rows, not 2: row 0 is full length, so 2 rows cannot pack
+# into fewer; the seed's 4 (512, 67, 35, 33 tokens) pack into 2, which
+# `packed` runs instead of 4 padded ones.
 PLATFORM_DEFAULTS = {
   "cpu": {
     "num_layers": 2,
-    "settings": ((2, 512),),
+    "settings": ((4, 512),),
     "repeats": 1,
     # Rows of 512 tokens hold 511 targets, fewer than the config's chunk of
     # 512, and would be computed in one piece by `chunked` too.
@@ -149,7 +168,8 @@ QUICK = {
 # cores it ran at 57 GFLOP/s, at 4096 at 70 (~2 s a run), a truer ceiling.
 DOT_SIZE = {"cpu": 4096, "gpu": 8192}
 FLOPS_FORMULA = (
-  "forward(n) = 2*n*N_matmul + 4*L*H*hd*n^2 per row of n valid tokens;"
+  "forward(n) = 2*n*N_matmul + 4*L*H*hd*n^2 per trajectory of n valid"
+  " tokens (padded or packed);"
   " N_matmul = L*(2*d*H*hd + 2*d*K*hd + 3*d*F) + d*head_out (actor V,"
   " critic 1); train step = 3*(forward_actor + forward_critic); log-prob"
   " pass = forward_actor; value pass = forward_critic; prefill ="

@@ -1,11 +1,12 @@
 """benchmarks/hf_ppo_bench.py --quick runs and writes the JSON it promises.
 
-One run of the script (1 layer, 4,096 ids, 2 x 64; about a minute) in a
-subprocess on one CPU device, as the benchmark is run by hand (the test
-process forces 8 fake devices). The tests check the rows' keys, that every
-variant and the generation row are there, and the FLOPs against the
-docstring's formula, worked out here from the config. Timings are not
-asserted: they belong to the benchmark.
+One run of the script (1 layer, 4,096 ids, 6 x 64 in two micro-batches of
+3 rows; about a minute) in a subprocess on one CPU device, as the benchmark
+is run by hand (the test process forces 8 fake devices). The tests check
+the rows' keys, that every variant and the generation row are there, the
+packed rows against a plain first-fit-decreasing reference, and the FLOPs
+against the docstring's formula, worked out here from the config. Timings
+are not asserted: they belong to the benchmark.
 """
 
 import json
@@ -21,8 +22,12 @@ from configs import qwen25_coder_0p5b
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "benchmarks" / "hf_ppo_bench.py"
 ROW_KEYS = {"variant", "batch", "length", "tokens_per_s", "peak_memory_bytes"}
-VARIANTS = {"chunked", "unchunked"}
+VARIANTS = {"chunked", "unchunked", "packed"}
 VOCAB, LAYERS, CHUNK = 4096, 1, 16
+# 6 rows of QUICK's 64 tokens, 3 a micro-batch: the seed's lengths (64, 8,
+# 4, 4, 38, 50) pack into 2 rows in each, so `packed` really packs, and its
+# plans are stacked over more than one micro-batch.
+BATCH, LENGTH, MICRO_ROWS = 6, 64, 3
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +50,7 @@ def result(tmp_path_factory):
   # A logits chunk shorter than the rows, so the chunked path really scans.
   proc = subprocess.run(
     [sys.executable, SCRIPT, "--quick", f"--logits_chunk={CHUNK}"]
+    + [f"--batch={BATCH}", f"--micro_tokens={MICRO_ROWS * LENGTH}"]
     + [f"--out={out}"],
     cwd=REPO_ROOT,
     env=env,
@@ -65,7 +71,7 @@ def test_rows_have_the_promised_keys_and_every_variant(result):
   for row in rows:
     assert ROW_KEYS <= set(row), row.keys()
     assert row["status"] == "ok", row
-    assert (row["batch"], row["length"]) == (2, 64)
+    assert (row["batch"], row["length"]) == (BATCH, LENGTH)
     assert row["tokens_per_s"] > 0
     assert row["peak_memory_bytes"] > 0
     # CPUs have no memory_stats(): the compiled analysis is the source.
@@ -78,17 +84,58 @@ def test_rows_have_the_promised_keys_and_every_variant(result):
   assert len({tuple(r["row_lengths"]) for r in rows}) == 1
 
 
+def _first_fit_decreasing(lengths, capacity):
+  """Rows first-fit decreasing fills with `lengths` (a plain reference)."""
+  filled = []
+  for n in sorted(lengths, reverse=True):
+    fit = [i for i, used in enumerate(filled) if used + n <= capacity]
+    if fit:
+      filled[fit[0]] += n
+    else:
+      filled.append(n)
+  return len(filled)
+
+
+def test_packed_runs_fewer_rows(result):
+  data, _ = result
+  by_variant = {r["variant"]: r for r in data["rows"]}
+  for row in by_variant.values():
+    assert row["micro_batches"] == BATCH // MICRO_ROWS
+    assert row["padded_rows"] == MICRO_ROWS
+  assert by_variant["chunked"]["packed_rows"] is None
+  assert by_variant["chunked"]["row_density"] == pytest.approx(
+    by_variant["chunked"]["valid_tokens"] / (BATCH * LENGTH)
+  )
+  row = by_variant["packed"]
+  lengths = row["row_lengths"]
+  # One R for all micro-batches: the most any of them needs.
+  want = max(
+    _first_fit_decreasing(lengths[i : i + MICRO_ROWS], LENGTH)
+    for i in range(0, BATCH, MICRO_ROWS)
+  )
+  assert row["packed_rows"] == want == 2
+  assert row["row_density"] == pytest.approx(
+    row["valid_tokens"] / (row["micro_batches"] * want * LENGTH)
+  )
+  assert row["logits_chunk"] == CHUNK
+  # The same rows and steps as `chunked`: the same losses up to bfloat16
+  # rounding (coarse: tests/train/packing_test.py checks packed = padded).
+  packed_losses = row["phases"]["train_step"]["losses"]
+  chunked_losses = by_variant["chunked"]["phases"]["train_step"]["losses"]
+  assert packed_losses == pytest.approx(chunked_losses, rel=1e-2)
+
+
 def test_generation_row(result):
   data, _ = result
   (gen,) = data["generation"]
   assert gen["status"] == "ok"
-  assert gen["prompt_len"] + gen["decode_steps"] == gen["length"] == 64
+  assert gen["prompt_len"] + gen["decode_steps"] == gen["length"] == LENGTH
   assert gen["prefill_tokens_per_s"] > 0
   assert gen["decode_tokens_per_s"] > 0
   assert gen["peak_memory_bytes"] > 0
   # The output projection once a row: XLA computes only the last logits.
   d = qwen25_coder_0p5b.get_config().model.embed_dim
-  want = 2 * (_forward([gen["prompt_len"]], 0) + 2 * d * VOCAB)
+  want = BATCH * (_forward([gen["prompt_len"]], 0) + 2 * d * VOCAB)
   assert gen["phases"]["prefill"]["flops"] == pytest.approx(want)
 
 
@@ -120,7 +167,8 @@ def test_flops_follow_the_printed_formula(result):
   assert data["flops_formula"] in stdout
   for row in data["rows"]:
     lengths = row["row_lengths"]
-    assert lengths[0] == 64 and all(4 <= n <= 64 for n in lengths)
+    assert lengths[0] == LENGTH
+    assert all(LENGTH // 16 <= n <= LENGTH for n in lengths)
     assert row["valid_tokens"] == sum(lengths)
     phases = row["phases"]
     actor, critic = _forward(lengths, VOCAB), _forward(lengths, 1)
