@@ -361,6 +361,12 @@ def rollout_metrics(
     "episode/truncated": s["truncated"],
     "code/chars_mean": float(chars.mean()) if chars.size else float("nan"),
   }
+  # The horizon's spread, not only its mean: a code agent's episodes for one
+  # prompt run from a few turns to hundreds.
+  for what, values in (("turns", turns), ("tokens", tokens)):
+    scalars[f"episode/{what}_p50"] = float(np.percentile(values, 50))
+    scalars[f"episode/{what}_p90"] = float(np.percentile(values, 90))
+    scalars[f"episode/{what}_max"] = float(values.max())
   if rollout.render_ok is not None:
     # Share of episodes whose ids differ from a full render of their
     # messages (env.render_check): what the learner trains on is not what

@@ -31,6 +31,8 @@ and `codeagent_rl.anticheat.monitors`):
                           flag or the classifier)
   anticheat/flagged_rate  share of episodes with any stage-1 flag raised
   anticheat/flag/<name>   share of episodes with that flag raised
+  episode/turns_p50       median turns of the episodes (also _p90, _max,
+                          and episode/tokens_p50, _p90, _max)
   length/passing_turns    mean turns of passing trajectories
   length/passing_tokens   mean tokens of passing trajectories
   length/failing_turns    mean turns of failing trajectories

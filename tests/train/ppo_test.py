@@ -250,6 +250,11 @@ def test_rollout_metrics_count_stage1_rejected_episodes_as_unsolved():
   scalars, _ = eval_lib.rollout_metrics(rollout, accepted, exp.anticheat)
   assert scalars["reward/pass_a"] == scalars["reward/pass_ab"] == 1.0
   assert "episode/render_mismatch" not in scalars  # the check was off
+  assert scalars["episode/turns_p50"] == 2.0
+  assert scalars["episode/turns_p90"] == pytest.approx(2.8)
+  assert scalars["episode/turns_max"] == 3.0
+  assert scalars["episode/tokens_p50"] == 20.0
+  assert scalars["episode/tokens_max"] == 30.0
   rollout.render_ok = np.asarray([True, False, True])
   scalars, _ = eval_lib.rollout_metrics(rollout, accepted, exp.anticheat)
   assert scalars["episode/render_mismatch"] == pytest.approx(1 / 3)
