@@ -33,6 +33,10 @@ and `codeagent_rl.anticheat.monitors`):
   anticheat/flag/<name>   share of episodes with that flag raised
   episode/turns_p50       median turns of the episodes (also _p90, _max,
                           and episode/tokens_p50, _p90, _max)
+  advantage_by_length/<estimator>/<short|medium|long>_mean (and _var)
+                          mean (variance) over the episodes of a length
+                          tercile of their mean advantage, for gae and grpo
+                          on the same batch (rl/diagnostics.py)
   length/passing_turns    mean turns of passing trajectories
   length/passing_tokens   mean tokens of passing trajectories
   length/failing_turns    mean turns of failing trajectories

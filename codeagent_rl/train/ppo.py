@@ -499,6 +499,7 @@ class Learner:
         arrays["truncated"],
         bootstrap,
         arrays["group_id"],
+        arrays["length"],
       )
       ppo_batch = steps.PPOBatch(
         tokens=tokens,

@@ -33,6 +33,7 @@ from codeagent_rl.models import transformer
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rl import advantages as adv_lib
 from codeagent_rl.rl import config as rl_config
+from codeagent_rl.rl import diagnostics
 from codeagent_rl.rl import gae
 from codeagent_rl.rl import kl as kl_lib
 from codeagent_rl.rl import losses
@@ -312,6 +313,7 @@ def targets(
   truncated: jax.Array,
   bootstrap_value: jax.Array,
   group_id: jax.Array,
+  length: jax.Array | None = None,
   *,
   rl: rl_config.RLConfig,
 ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
@@ -326,6 +328,9 @@ def targets(
     truncated: [B] rows stopped by a budget.
     bootstrap_value: [B] value where a truncated row stopped (0 otherwise).
     group_id: [B] prompt ids.
+    length: optional [B] episode lengths in tokens: the metrics then also
+      hold `diagnostics.by_length` (GAE's and GRPO's advantages on this
+      batch by length tercile).
     rl: the validated `config.rl`.
 
   Returns:
@@ -363,6 +368,8 @@ def targets(
     "advantage/abs_mean": losses.token_mean(jnp.abs(advantages), mask, norm),
     "return/mean": losses.token_mean(returns, mask, norm),
   }
+  if length is not None:
+    metrics.update(diagnostics.by_length(inputs, length, rl.advantage))
   return advantages, returns, metrics
 
 
