@@ -10,7 +10,6 @@ are not asserted: they belong to the benchmark.
 """
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import sys
 import pytest
 
 from configs import qwen25_coder_0p5b
+from tests.helpers import processes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "benchmarks" / "hf_ppo_bench.py"
@@ -33,20 +33,7 @@ BATCH, LENGTH, MICRO_ROWS = 6, 64, 3
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
   out = tmp_path_factory.mktemp("hf_ppo_bench") / "result.json"
-  xla_flags = " ".join(
-    f
-    for f in os.environ.get("XLA_FLAGS", "").split()
-    if not f.startswith("--xla_force_host_platform_device_count")
-  )
-  env = {
-    **{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
-    "JAX_PLATFORMS": "cpu",
-    "PYTHONPATH": os.pathsep.join(
-      [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
-    ),
-  }
-  if xla_flags:
-    env["XLA_FLAGS"] = xla_flags
+  env = processes.one_device_env()
   # A logits chunk shorter than the rows, so the chunked path really scans.
   proc = subprocess.run(
     [sys.executable, SCRIPT, "--quick", f"--logits_chunk={CHUNK}"]

@@ -11,7 +11,6 @@ with `hf_checkpoint_dir` in its config.json.
 
 import dataclasses
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -36,6 +35,7 @@ from codeagent_rl.train import experiment
 from codeagent_rl.train import sft as sft_lib
 from codeagent_rl.train import workdir as workdir_lib
 from configs import tiny
+from tests.helpers import processes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOL = 1e-4  # float32 logits, max abs difference
@@ -121,19 +121,7 @@ def run(tmp_path_factory):
 
 def _cli(*args):
   """`python -m codeagent_rl.export_hf ARGS` on one CPU device."""
-  xla_flags = " ".join(
-    f
-    for f in os.environ.get("XLA_FLAGS", "").split()
-    if not f.startswith("--xla_force_host_platform_device_count")
-  )
-  env = {
-    **{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
-    "JAX_PLATFORMS": "cpu",
-    "XLA_FLAGS": xla_flags,
-    "PYTHONPATH": os.pathsep.join(
-      [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
-    ),
-  }
+  env = processes.one_device_env()
   return subprocess.run(
     [sys.executable, "-m", "codeagent_rl.export_hf", *args],
     cwd=REPO_ROOT,

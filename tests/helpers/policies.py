@@ -1,6 +1,8 @@
-"""Policy wrappers that tests share (no side effects on import)."""
+"""Policy wrappers and rollouts that tests share (no side effects on import)."""
 
 import numpy as np
+
+from codeagent_rl import types
 
 
 class LogProbRecorder:
@@ -32,3 +34,28 @@ class LogProbRecorder:
     for i, row in enumerate(self.log_probs):
       out[i, trainable[i]] = row
     return out
+
+
+def ragged_rollout(batch: int, length: int, prompt: int, *, seed: int = 0):
+  """A hand-made `TrajectoryBatch` of right-padded rows of ragged lengths.
+
+  Lengths are drawn from [length / 2, length], the first row full; the
+  first `prompt` tokens of a row are not trainable; ids in [16, 272);
+  groups of 4 rows share a prompt id.
+  """
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(length // 2, length + 1, size=batch)
+  lengths[0] = length
+  pos = np.arange(length)[None, :]
+  valid = pos < lengths[:, None]
+  tokens = np.where(valid, rng.integers(16, 272, (batch, length)), 0)
+  out = types.TrajectoryBatch(
+    tokens=tokens.astype(np.int32),
+    trainable=valid & (pos >= prompt),
+    valid=valid,
+    length=lengths.astype(np.int32),
+    truncated=np.zeros((batch,), bool),
+    group_id=np.repeat(np.arange(batch // 4), 4).astype(np.int32),
+  )
+  out.check()
+  return out

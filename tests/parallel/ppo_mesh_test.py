@@ -15,7 +15,6 @@ import functools
 import jax
 import numpy as np
 
-from codeagent_rl import types
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import sharding
@@ -23,6 +22,7 @@ from codeagent_rl.train import experiment
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
 from configs import tiny
+from tests.helpers import policies
 
 BATCH = 8  # 2 prompts x 4 samples
 LENGTH = 32
@@ -116,22 +116,7 @@ def host_params():
 
 def rollout():
   """A hand-made batch of 8 rollouts of ragged lengths, and their rewards."""
-  rng = np.random.default_rng(0)
-  lengths = rng.integers(LENGTH // 2, LENGTH + 1, size=BATCH)
-  lengths[0] = LENGTH
-  pos = np.arange(LENGTH)[None, :]
-  valid = pos < lengths[:, None]
-  trainable = valid & (pos >= PROMPT)
-  tokens = np.where(valid, rng.integers(16, 272, (BATCH, LENGTH)), 0)
-  batch = types.TrajectoryBatch(
-    tokens=tokens.astype(np.int32),
-    trainable=trainable,
-    valid=valid,
-    length=lengths.astype(np.int32),
-    truncated=np.zeros((BATCH,), bool),
-    group_id=np.repeat(np.arange(BATCH // 4), 4).astype(np.int32),
-  )
-  batch.check()
+  batch = policies.ragged_rollout(BATCH, LENGTH, PROMPT)
   total = np.asarray([0, 1, 0, 0, 1, 1, 0, 1], np.float32)
   return batch, total
 

@@ -47,6 +47,7 @@ from codeagent_rl.train import run
 from codeagent_rl.train import workdir as workdir_lib
 from configs import eval_humaneval
 from configs import tiny
+from tests.helpers import processes
 from tests.helpers import sandboxes
 
 SANDBOX = sandboxes.short_config("process", 2)
@@ -291,20 +292,7 @@ def _main(root: str) -> None:
 def runs(tmp_path_factory):
   """Runs `run_all` in a one-device subprocess; (root, records)."""
   root = tmp_path_factory.mktemp("e2e")
-  flags = " ".join(
-    f
-    for f in os.environ.get("XLA_FLAGS", "").split()
-    if not f.startswith("--xla_force_host_platform_device_count")
-  )
-  env = {
-    **{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
-    "JAX_PLATFORMS": "cpu",
-    "PYTHONPATH": os.pathsep.join(
-      [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
-    ),
-  }
-  if flags:
-    env["XLA_FLAGS"] = flags
+  env = processes.one_device_env()
   proc = subprocess.run(
     [sys.executable, __file__, str(root)],
     cwd=REPO_ROOT,

@@ -12,7 +12,6 @@ the same ids, and the stitched ids decode to the rendered conversation.
 """
 
 import json
-import os
 import pathlib
 import re
 import subprocess
@@ -34,6 +33,7 @@ from codeagent_rl.train import experiment
 from configs import hf as hf_config
 from tests.helpers import hf_checkpoints
 from tests.helpers import policies
+from tests.helpers import processes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 MBPP = [
@@ -46,21 +46,11 @@ MBPP = [
 ]
 
 
-def _one_device_env():
-  """The environment of a subprocess on one CPU device (conftest sets 8)."""
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join(
-    [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
-  )
-  return env
-
-
 def _run(*args, timeout=600):
   proc = subprocess.run(
     [sys.executable, "-m", *args],
     cwd=REPO_ROOT,
-    env=_one_device_env(),
+    env=processes.one_device_env(),
     capture_output=True,
     text=True,
     timeout=timeout,

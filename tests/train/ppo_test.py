@@ -32,6 +32,7 @@ from codeagent_rl.train import keys
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
 from configs import tiny
+from tests.helpers import policies
 
 BATCH = 8  # 2 prompts x 4 samples: one row per fake device
 LENGTH = 32
@@ -87,22 +88,7 @@ def _with_ppo(learner, **fields):
 
 
 def _rollout(total):
-  rng = np.random.default_rng(0)
-  lengths = rng.integers(LENGTH // 2, LENGTH + 1, size=BATCH)
-  lengths[0] = LENGTH
-  pos = np.arange(LENGTH)[None, :]
-  valid = pos < lengths[:, None]
-  trainable = valid & (pos >= PROMPT)
-  tokens = np.where(valid, rng.integers(16, 272, (BATCH, LENGTH)), 0)
-  batch = types.TrajectoryBatch(
-    tokens=tokens.astype(np.int32),
-    trainable=trainable,
-    valid=valid,
-    length=lengths.astype(np.int32),
-    truncated=np.zeros((BATCH,), bool),
-    group_id=np.repeat(np.arange(BATCH // 4), 4).astype(np.int32),
-  )
-  batch.check()
+  batch = policies.ragged_rollout(BATCH, LENGTH, PROMPT)
   return batch, np.asarray(total, np.float32)
 
 

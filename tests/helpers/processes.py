@@ -1,0 +1,31 @@
+"""The environment of a test's subprocess on one CPU device.
+
+tests/conftest.py gives every test process 8 fake CPU devices through
+XLA_FLAGS; a CLI run as a user runs it (one device) needs that flag out and
+the repository on its path (configs/ lives at the root).
+
+No side effects on import (see sandboxes.py).
+"""
+
+import os
+import pathlib
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def one_device_env() -> dict[str, str]:
+  """os.environ without the fake-device flag, on CPU, the repo importable."""
+  flags = " ".join(
+    f
+    for f in os.environ.get("XLA_FLAGS", "").split()
+    if not f.startswith(_DEVICE_COUNT_FLAG)
+  )
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env["JAX_PLATFORMS"] = "cpu"
+  env["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+  )
+  if flags:
+    env["XLA_FLAGS"] = flags
+  return env
