@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import collections
 import functools
+import itertools
 import logging
 import os
 import pathlib
@@ -36,6 +37,16 @@ from codeagent_rl.sandbox import wire
 # The uid/gid untrusted code runs as ("nobody" on Debian and in gVisor).
 UNTRUSTED_UID = 65534
 UNTRUSTED_GID = 65534
+# The process backend gives each forkserver a uid of its own, above any
+# account's: RLIMIT_NPROC counts every process of a uid on the host, so with
+# a shared "nobody" one job's fork bomb made another sandbox's ordinary
+# fork fail (EAGAIN, seen under pytest-xdist), and one job could signal
+# another sandbox's processes. 2**22 is Linux's largest pid_max.
+PRIVATE_UID_BASE = 2**30
+PRIVATE_UIDS_PER_PROCESS = 256
+# Forkservers this process started, over all launchers (uids must differ
+# between pools too).
+_LAUNCHED = itertools.count(1)
 GUEST_DIR = pathlib.Path(__file__).resolve().parent
 # Everything of the project the sandbox interpreter gets, relative to
 # GUEST_DIR (stdlib only): the guest package and the two modules it loads
@@ -279,12 +290,24 @@ def close_all() -> None:
       logging.exception("closing %s failed", guest.name)
 
 
+def private_uid(pid: int, count: int) -> int:
+  """The uid (and gid) of the `count`-th forkserver started by process `pid`.
+
+  Distinct for every live forkserver on the host as long as one process
+  has fewer than `PRIVATE_UIDS_PER_PROCESS` alive at once (pids are unique
+  among live processes); no account owns these ids.
+  """
+  slot = count % PRIVATE_UIDS_PER_PROCESS
+  return PRIVATE_UID_BASE + (pid % 2**22) * PRIVATE_UIDS_PER_PROCESS + slot
+
+
 class ProcessLauncher:
   """Starts the forkserver as a plain subprocess (the `process` backend).
 
   The same guest, limits and judge as under gVisor, but no isolation of the
   file system, network or process table beyond rlimits and (when the host
-  runs as root) the untrusted uid. Use it only where gVisor cannot run.
+  runs as root) a uid of each forkserver's own (`private_uid`). Use it
+  only where gVisor cannot run.
   """
 
   def __init__(self, config: config_lib.SandboxConfig):
@@ -300,12 +323,13 @@ class ProcessLauncher:
       name = f"process-sandbox-{self._count}"
     scratch = tempfile.mkdtemp(prefix="codeagent_scratch.")
     as_root = os.geteuid() == 0
+    uid = private_uid(os.getpid(), next(_LAUNCHED)) if as_root else None
     if as_root:
-      os.chown(scratch, UNTRUSTED_UID, UNTRUSTED_GID)
+      os.chown(scratch, uid, uid)
     guest_config = {
       "scratch_root": scratch,
-      "uid": UNTRUSTED_UID if as_root else None,
-      "gid": UNTRUSTED_GID if as_root else None,
+      "uid": uid,
+      "gid": uid,
       "kill_scope": "descendants",
       "proc": "/proc",
       "parent_pid": os.getpid(),
