@@ -55,12 +55,16 @@ STOP_MAX_TURNS = "max_turns"
 STOP_MAX_TOKENS_PER_TURN = "max_tokens_per_turn"
 STOP_MAX_TOTAL_TOKENS = "max_total_tokens"
 STOP_MAX_WALL_S = "max_wall_s"
+# Ended by the rollout, not a budget of the environment (`CodeEnv.cut`):
+# the critic judged the rest of the episode predictable.
+STOP_ADAPTIVE = "adaptive_truncation"
 STOP_REASONS = (
   STOP_SUBMIT,
   STOP_MAX_TURNS,
   STOP_MAX_TOKENS_PER_TURN,
   STOP_MAX_TOTAL_TOKENS,
   STOP_MAX_WALL_S,
+  STOP_ADAPTIVE,
 )
 # Smallest observation budget: room for the test lines and an error line.
 MIN_OBS_MAX_BYTES = 64
@@ -423,6 +427,32 @@ class CodeEnv:
       None if p.job is None else self.pool.submit(p.job) for p in pending
     ]
     return [self._finish(p, f) for p, f in zip(pending, futures, strict=True)]
+
+  def cut(
+    self, state: EpisodeState, reason: str = STOP_ADAPTIVE
+  ) -> EpisodeState:
+    """Ends an open episode between turns as truncated (no submission).
+
+    The learner bootstraps its return from the critic's value after its
+    last token, as for an episode stopped by a budget.
+
+    Raises:
+      ValueError: the episode is done, or `reason` is not a stop reason.
+    """
+    if state.done:
+      raise ValueError(
+        f"cut on a finished episode (task {state.task.task_id!r}, stopped"
+        f" by {state.stop_reason})."
+      )
+    if reason not in STOP_REASONS or reason == STOP_SUBMIT:
+      raise ValueError(f"cut reason {reason!r}: not a truncation reason.")
+    return dataclasses.replace(
+      state,
+      done=True,
+      truncated=True,
+      stop_reason=reason,
+      outcome=Outcome.not_executed(),
+    )
 
   def _elapsed(self, state: EpisodeState) -> float:
     return self._clock() - state.started_at
