@@ -47,6 +47,7 @@ from codeagent_rl.models import chat
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.tasks import judge
+from codeagent_rl.tasks import probes
 from codeagent_rl.tasks import schema
 
 # Why an episode stopped (`EpisodeState.stop_reason`).
@@ -225,13 +226,18 @@ def await_result(
 
 @dataclasses.dataclass(frozen=True)
 class Turn:
-  """One policy turn and what came of it."""
+  """One policy turn and what came of it.
+
+  `probe` is the query the host answered in this turn's observation (a
+  probe task's `<run>`), else None.
+  """
 
   action_text: str
   action: protocol.Action
   num_tokens: int
   observation: protocol.Observation | None = None
   result: jobs.JobResult | None = None
+  probe: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,6 +508,9 @@ class CodeEnv:
     left = self.config.max_wall_s - self._elapsed(state)
     timeout = max(left, 0.01) if left < self.pool.config.timeout_s else None
     task = state.task
+    if probes.spec_of(task) is not None:
+      # Only the helper travels; the host answers what the job prints.
+      return jobs.Job.program(probes.HELPER + code, [""], timeout_s=timeout)
     if not task.visible_tests:
       return jobs.Job.program(code, [""], timeout_s=timeout)
     return judge.tests_job(task, task.visible_tests, code, timeout)
@@ -514,14 +523,17 @@ class CodeEnv:
     result = None
     if future is not None:
       result = await_result(self.pool, p.job, future, self._retries)
-    obs, outcome, stop = None, None, p.stop
+    obs, outcome, stop, query = None, None, p.stop, None
     if stop is None:
       if isinstance(p.action, protocol.FormatError):
         obs = protocol.render_format_error(
           p.action.reason, max_bytes=cfg.obs_max_bytes
         )
       elif isinstance(p.action, protocol.Run):
-        obs = self._run_observation(state.task, result)
+        if probes.spec_of(state.task) is not None:
+          obs, query = self._probe_observation(state, result)
+        else:
+          obs = self._run_observation(state.task, result)
       elif p.skip is not None:
         outcome, stop = Outcome.not_executed(p.skip), STOP_SUBMIT
       else:
@@ -536,7 +548,7 @@ class CodeEnv:
     )
     turns = (
       *state.turns,
-      Turn(p.action_text, p.action, p.num_tokens, obs, result),
+      Turn(p.action_text, p.action, p.num_tokens, obs, result, query),
     )
     num_tokens = state.num_tokens + p.num_tokens + len(obs_ids)
     if stop is None:
@@ -589,6 +601,34 @@ class CodeEnv:
       stdout=result.stdout,
       stderr_tail=protocol.last_line(result.stderr) if program else "",
     )
+
+  def _probe_observation(
+    self, state: EpisodeState, result: jobs.JobResult
+  ) -> tuple[protocol.Observation, int | None]:
+    """Answers a probe task's `<run>`: its first query, on the host.
+
+    Returns:
+      The observation and the query it answered (None if the run printed
+      none).
+    """
+    spec = probes.spec_of(state.task)
+    run = result.tests[0] if result.tests else None
+    asked = probes.queries(run.stdout if run is not None else "")
+    previous = [t.probe for t in state.turns if t.probe is not None]
+    line = None
+    if asked:
+      line = probes.answer_line(spec, previous, asked[0])
+    status = jobs.status_name(result.status)
+    stderr = protocol.last_line(result.stderr) if status != "ok" else ""
+    obs = protocol.render_probe(
+      line,
+      ignored=max(len(asked) - 1, 0),
+      max_bytes=self.config.obs_max_bytes,
+      status=status,
+      reason=result.reason,
+      stderr_tail=stderr,
+    )
+    return obs, asked[0] if asked else None
 
   def _report(
     self, task: schema.Task, test: dict, run: jobs.TestRun

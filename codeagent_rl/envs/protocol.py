@@ -398,6 +398,41 @@ def render_run(
   return Observation(cut_bytes(head, max_bytes))
 
 
+def render_probe(
+  answer: str | None,
+  *,
+  ignored: int,
+  max_bytes: int,
+  status: str = "ok",
+  reason: str = "",
+  stderr_tail: str = "",
+) -> Observation:
+  """The observation of a probe task's `<run>` (`tasks.probes`).
+
+  Args:
+    answer: the host's line for the run's first query, or None (none).
+    ignored: further queries the run printed (one is answered a run).
+    max_bytes: cap on the body's UTF-8 size.
+    status: the job status name; a line is added unless "ok".
+    reason: why the status is not "ok" (first line shown).
+    stderr_tail: shown as `stderr: ...` when not empty.
+
+  Returns:
+    The observation; the program's other output is not shown.
+  """
+  lines = [_line(answer if answer is not None else "no probe: call probe(x)")]
+  if ignored:
+    lines.append(_line(f"{ignored} more probes ignored: one a run"))
+  if status != "ok":
+    why = first_line(reason)
+    lines.append(
+      _line(f"status: {status}: {why}" if why else f"status: {status}")
+    )
+  if stderr_tail:
+    lines.append(_line(f"stderr: {first_line(stderr_tail)}"))
+  return Observation(cut_bytes("".join(lines), max_bytes))
+
+
 def render_format_error(reason: str, *, max_bytes: int) -> Observation:
   """The observation of a malformed turn: `format error: <reason>`."""
   body = _line(f"format error: {first_line(reason)}")

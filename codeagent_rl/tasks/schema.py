@@ -60,6 +60,13 @@ _STDIO_TEST_KEYS = {"stdin", "expected_stdout"}
 # judge's config).
 JUDGE_METADATA_KEY = "judge"
 JUDGE_OPTIONS = {"int_accepts_float": bool}
+# The metadata key of an interactive task's hidden probe (`tasks.probes`):
+# {"family": "secret", "lo": int, "hi": int, "secret": int}. Its values
+# stay on the host; `<run>` observations answer the job's probe queries.
+PROBE_METADATA_KEY = "probe"
+PROBE_FAMILIES = ("secret",)
+# Bound of a probe's integers (queries beyond it are not answered).
+PROBE_MAX_ABS = 10**12
 
 
 class TaskFormatError(ValueError):
@@ -205,6 +212,36 @@ def validate(task: Task, where: str = "task") -> None:
     raise TaskFormatError(f"{where}: metadata: not plain JSON ({e}).") from None
   if JUDGE_METADATA_KEY in task.metadata:
     _validate_judge_options(task.metadata[JUDGE_METADATA_KEY], where)
+  if PROBE_METADATA_KEY in task.metadata:
+    _validate_probe(task, where)
+
+
+def _validate_probe(task: Task, where: str) -> None:
+  field = f"{where}: metadata.{PROBE_METADATA_KEY}"
+  spec = task.metadata[PROBE_METADATA_KEY]
+  keys = {"family", "lo", "hi", "secret"}
+  if not isinstance(spec, dict) or set(spec) != keys:
+    raise TaskFormatError(
+      f"{field}: must be an object with keys {sorted(keys)}."
+    )
+  if spec["family"] not in PROBE_FAMILIES:
+    raise TaskFormatError(
+      f"{field}.family: {spec['family']!r:.40} is not one of {PROBE_FAMILIES}."
+    )
+  for name in ("lo", "hi", "secret"):
+    value = spec[name]
+    if type(value) is not int or abs(value) > PROBE_MAX_ABS:
+      raise TaskFormatError(
+        f"{field}.{name}: must be an int of magnitude <= {PROBE_MAX_ABS},"
+        f" got {value!r:.40}."
+      )
+  if not spec["lo"] <= spec["secret"] <= spec["hi"]:
+    raise TaskFormatError(f"{field}: needs lo <= secret <= hi.")
+  if task.kind != "function" or task.visible_tests:
+    raise TaskFormatError(
+      f"{field}: a probe task is a function task without visible tests"
+      " (a `<run>` is a program whose probe queries the host answers)."
+    )
 
 
 def _validate_judge_options(options: Any, where: str) -> None:

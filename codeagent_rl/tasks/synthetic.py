@@ -74,6 +74,9 @@ DEMO_KINDS = (
   "early_exit",
 )
 CORRECT_KINDS = ("single_turn", "multi_turn")
+# Plan kinds of the interactive probe tasks (`tasks.probes`).
+PROBE_DEMO_KINDS = ("bisect", "scan", "give_up", "off_by_one")
+PLAN_KINDS = DEMO_KINDS + PROBE_DEMO_KINDS
 ACTIONS = ("run", "submit")
 BIG = family_base.BIG
 _FALLBACKS = {"int": 0, "str": "", "bool": False, "list[int]": []}
@@ -163,7 +166,7 @@ class DemoPlan:
 
   Attributes:
     task_id: the task it solves (or fails to).
-    kind: one of `DEMO_KINDS`.
+    kind: one of `PLAN_KINDS`.
     actions: ("run", code) steps, then exactly one final ("submit", code).
   """
 
@@ -176,8 +179,8 @@ class DemoPlan:
       raise DemoFormatError(
         f"task_id: {self.task_id!r} is not a non-empty str."
       )
-    if self.kind not in DEMO_KINDS:
-      raise DemoFormatError(f"kind: {self.kind!r} is not one of {DEMO_KINDS}.")
+    if self.kind not in PLAN_KINDS:
+      raise DemoFormatError(f"kind: {self.kind!r} is not one of {PLAN_KINDS}.")
     if not isinstance(self.actions, list | tuple) or not self.actions:
       raise DemoFormatError("actions: must be a non-empty list.")
     actions = []
