@@ -224,6 +224,17 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   data.wrong_final = 0.3
   data.hardcoded = 0.05
   data.early_exit = 0.05
+  # Which generator makes the tasks when no file is named: "synthetic"
+  # (the function families above) or "probes" (interactive tasks whose
+  # horizon is heavy-tailed, tasks/probes.py; configs/long_horizon.py).
+  data.generator = "synthetic"
+  # Probabilities of each probe-task demonstration: a bisection, a long
+  # scan (a success of up to 60 probes), an early give-up and an
+  # off-by-one submission (the flawed ones leave RL something to fix).
+  data.probe_bisect = 1.0
+  data.probe_scan = 0.3
+  data.probe_give_up = 0.15
+  data.probe_off_by_one = 0.1
   return data
 
 

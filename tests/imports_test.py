@@ -40,8 +40,8 @@ LAYERS = (
   ("train", "grade"),
   # Exports what the trainer left in a workdir.
   ("export_hf",),
-  # The entry point.
-  ("main",),
+  # The entry points: the main job, experiments over many runs of it.
+  ("main", "experiments"),
 )
 
 # Units that must not import anything host-side (I/O, sandbox, tasks ...).

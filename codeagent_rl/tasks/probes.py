@@ -123,6 +123,26 @@ def answer_line(spec: Spec, asked: Sequence[int], x: int) -> str:
   return f"probe({x}): {verdict}, in {lo}..{hi}"
 
 
+# Horizon buckets of `horizon_bucket`, shortest first: the size tiers.
+HORIZON_BUCKETS = ("short", "medium", "long")
+
+
+def horizon_bucket(task: schema.Task) -> str | None:
+  """The task's horizon bucket (`HORIZON_BUCKETS`): its range's size tier.
+
+  Bisection needs about log2(size) probes, a scan up to size; None for a
+  task without a probe.
+  """
+  spec = spec_of(task)
+  if spec is None:
+    return None
+  size = spec.hi - spec.lo + 1
+  for name, (_, largest, _) in zip(HORIZON_BUCKETS, SIZE_TIERS, strict=True):
+    if size <= largest:
+      return name
+  return HORIZON_BUCKETS[-1]
+
+
 def reference_solution(secret: int) -> str:
   """`compare(x)` for `secret` (the reference, never shown)."""
   return f"def compare(x):\n    return (x > {secret}) - (x < {secret})\n"

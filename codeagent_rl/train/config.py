@@ -13,7 +13,11 @@ import os
 from typing import Any
 
 from codeagent_rl import config_utils
+from codeagent_rl.tasks import probes as probes_lib
 from codeagent_rl.tasks import synthetic
+
+# Task generators of `config.data.generator`.
+GENERATORS = ("synthetic", "probes")
 
 
 def _int_at_least(section: str, obj: Any, names: tuple[str, ...], low: int):
@@ -40,8 +44,11 @@ class DataConfig:
 
   A split comes from its task file when one is named (`train_tasks`,
   `eval_tasks`: JSONL in the task schema, e.g. written by
-  `python -m codeagent_rl.tasks.convert`), else from the synthetic
-  generator (tasks/synthetic.py), whose fields are the rest.
+  `python -m codeagent_rl.tasks.convert`), else from the generator named
+  by `generator`: "synthetic" (function families, tasks/synthetic.py, the
+  fields from `difficulty_weights` to `early_exit`) or "probes"
+  (interactive tasks with heavy-tailed horizons, tasks/probes.py, the
+  `probe_*` fields).
 
   Attributes:
     train_tasks: JSONL task file of the train split (PPO prompts), or None.
@@ -62,6 +69,11 @@ class DataConfig:
     wrong_final: probability of a flawed `wrong_final` demonstration.
     hardcoded: probability of a flawed `hardcoded` demonstration.
     early_exit: probability of a flawed `early_exit` demonstration.
+    generator: "synthetic" or "probes".
+    probe_bisect: probability of a `bisect` demonstration (probe tasks).
+    probe_scan: probability of a long `scan` demonstration.
+    probe_give_up: probability of a flawed early `give_up` demonstration.
+    probe_off_by_one: probability of a flawed `off_by_one` demonstration.
   """
 
   train_tasks: str | None
@@ -76,6 +88,11 @@ class DataConfig:
   wrong_final: float
   hardcoded: float
   early_exit: float
+  generator: str
+  probe_bisect: float
+  probe_scan: float
+  probe_give_up: float
+  probe_off_by_one: float
 
   def __post_init__(self):
     for name in ("train_tasks", "eval_tasks", "demonstrations"):
@@ -98,12 +115,37 @@ class DataConfig:
     object.__setattr__(
       self, "difficulty_weights", tuple(self.difficulty_weights)
     )
-    try:  # the generator's own checks, reported under config.data
+    if self.generator not in GENERATORS:
+      raise ValueError(
+        f"config.data.generator={self.generator!r}: must be one of"
+        f" {GENERATORS}."
+      )
+    try:  # the generators' own checks, reported under config.data
       self.synthetic("train", 0)
     except ValueError as e:
       raise ValueError(
         f"config.data: {str(e).replace('SyntheticConfig.', '')}"
       ) from e
+    try:
+      self.probes("train", 0)
+    except ValueError as e:
+      raise ValueError(
+        f"config.data: {str(e).replace('ProbeConfig.', 'probe_')}"
+      ) from e
+
+  def probes(self, split: str, seed: int) -> probes_lib.ProbeConfig:
+    """The probe generator's config of `split` ("train" | "test")."""
+    return probes_lib.ProbeConfig(
+      num_tasks=self.num_train_tasks
+      if split == "train"
+      else self.num_eval_tasks,
+      seed=seed,
+      split=split,
+      bisect=self.probe_bisect,
+      scan=self.probe_scan,
+      give_up=self.probe_give_up,
+      off_by_one=self.probe_off_by_one,
+    )
 
   def synthetic(self, split: str, seed: int) -> synthetic.SyntheticConfig:
     """The generator config of `split` ("train" | "test")."""

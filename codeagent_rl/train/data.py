@@ -27,6 +27,7 @@ import numpy as np
 
 from codeagent_rl.envs import code_env
 from codeagent_rl.rollout import demos
+from codeagent_rl.tasks import probes
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from codeagent_rl.train import config as train_config
@@ -85,6 +86,13 @@ def _read_demonstrations(
   return plans
 
 
+def _generator(data: train_config.DataConfig):
+  """(split, seed) -> (tasks, plans) of `data.generator`."""
+  if data.generator == "probes":
+    return lambda split, seed: probes.generate(data.probes(split, seed))
+  return lambda split, seed: synthetic.generate(data.synthetic(split, seed))
+
+
 def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
   """The train tasks with their plans, and the held-out tasks.
 
@@ -98,16 +106,17 @@ def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
       (naming the file, line and field) or empty, the splits share task
       ids, or a demonstration names a task that is not a train task.
   """
+  generate = _generator(data)
   if data.train_tasks is not None:
     train, plans = _read_split(data.train_tasks, "train_tasks"), []
   else:
-    train, plans = synthetic.generate(data.synthetic("train", seed))
+    train, plans = generate("train", seed)
   if data.demonstrations is not None:
     plans = _read_demonstrations(data.demonstrations, train)
   if data.eval_tasks is not None:
     held_out = _read_split(data.eval_tasks, "eval_tasks")
   else:
-    held_out, _ = synthetic.generate(data.synthetic("test", seed))
+    held_out, _ = generate("test", seed)
   shared = sorted({t.task_id for t in train} & {t.task_id for t in held_out})
   if shared:
     raise TaskFileError(

@@ -322,6 +322,19 @@ def paired_difference(
   }
 
 
+def group_ratios(group_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+  """Per group (in order of first appearance): max over min of `lengths`.
+
+  Lengths are at least 1 here (an episode takes a turn and has a prompt);
+  a zero is counted as 1.
+  """
+  ratios = []
+  for g in dict.fromkeys(group_ids.tolist()):
+    values = np.maximum(lengths[group_ids == g], 1)
+    ratios.append(values.max() / values.min())
+  return np.asarray(ratios, np.float64)
+
+
 def rollout_metrics(
   rollout: agent_loop.Rollout,
   rewards: types.Rewards,
@@ -356,6 +369,7 @@ def rollout_metrics(
     "reward/pass_ab": s["pass_ab"],
     "reward/suite_a": s["suite_a"],
     "reward/suite_b": s["suite_b"],
+    "episode/count": float(len(rollout.episodes)),
     "episode/turns_mean": s["turns_mean"],
     "episode/tokens_mean": s["tokens_mean"],
     "episode/truncated": s["truncated"],
@@ -366,7 +380,13 @@ def rollout_metrics(
   for what, values in (("turns", turns), ("tokens", tokens)):
     scalars[f"episode/{what}_p50"] = float(np.percentile(values, 50))
     scalars[f"episode/{what}_p90"] = float(np.percentile(values, 90))
+    scalars[f"episode/{what}_p95"] = float(np.percentile(values, 95))
     scalars[f"episode/{what}_max"] = float(values.max())
+  # Within one prompt's group (GRPO's normalisation unit): longest over
+  # shortest episode, in turns.
+  ratios = group_ratios(np.asarray(rollout.batch.group_id), turns)
+  scalars["episode/group_turns_ratio_p50"] = float(np.median(ratios))
+  scalars["episode/group_turns_ratio_max"] = float(ratios.max())
   if rollout.render_ok is not None:
     # Share of episodes whose ids differ from a full render of their
     # messages (env.render_check): what the learner trains on is not what

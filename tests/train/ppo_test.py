@@ -222,7 +222,9 @@ def test_rollout_metrics_count_stage1_rejected_episodes_as_unsolved():
   rollout = pytypes.SimpleNamespace(
     episodes=episodes,
     batch=pytypes.SimpleNamespace(
-      length=np.asarray([10, 20, 30]), truncated=np.zeros(3, bool)
+      length=np.asarray([10, 20, 30]),
+      truncated=np.zeros(3, bool),
+      group_id=np.asarray([0, 0, 1]),
     ),
     render_ok=None,
   )
@@ -238,6 +240,10 @@ def test_rollout_metrics_count_stage1_rejected_episodes_as_unsolved():
   assert "episode/render_mismatch" not in scalars  # the check was off
   assert scalars["episode/turns_p50"] == 2.0
   assert scalars["episode/turns_p90"] == pytest.approx(2.8)
+  assert scalars["episode/turns_p95"] == pytest.approx(2.9)
+  # Groups: turns (1, 2) and (3,).
+  assert scalars["episode/group_turns_ratio_max"] == 2.0
+  assert scalars["episode/group_turns_ratio_p50"] == 1.5
   assert scalars["episode/turns_max"] == 3.0
   assert scalars["episode/tokens_p50"] == 20.0
   assert scalars["episode/tokens_max"] == 30.0

@@ -1,0 +1,1 @@
+"""Experiments over many training runs (codeagent_rl.experiments.compare)."""

@@ -1,0 +1,78 @@
+r"""Long-horizon episodes: the tiny model on interactive probe tasks.
+
+    python -m codeagent_rl.main --config=configs/long_horizon.py --workdir=DIR
+    python -m codeagent_rl.experiments.compare \
+      --config=configs/long_horizon.py --estimators=gae,grpo,rloo \
+      --seeds=0,1,2 --workdir=DIR
+
+The tasks (tasks/probes.py) hide an integer in a range whose size is
+heavy-tailed; the only way to learn it is a `probe(x)` query per `<run>`,
+answered on the host. An episode takes from 2 turns (a small range, or an
+early give-up) to the 64-turn budget (a scan of a wide range), so rollouts
+of one prompt differ in length by far more than GRPO's in-group
+normalisation assumes: the regime the critic is for.
+
+Presets (the part after the colon), combinable with commas:
+  default          the experiment's size (one run of the comparison)
+  smoke            the smallest settings, used by tests
+  algo=grpo        another estimator: gae (default), grpo, dr_grpo, rloo
+  seed=N           another seed
+
+Everything not set here is configs/tiny.py's.
+"""
+
+import ml_collections
+
+from configs import tiny
+
+ESTIMATORS = tiny.ESTIMATORS
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """Returns the long-horizon config; `arg` selects presets (docstring)."""
+  preset, algo, seed = tiny._parse(arg)  # noqa: SLF001 (same preset grammar)
+  smoke = preset == "smoke"
+  config = tiny.get_config(arg)
+  config.unlock()
+  config.preset = f"long_horizon:{arg or 'default'}"
+  del algo, seed  # applied by tiny.get_config
+  env = config.env
+  # A probe and its answer are ~45 byte tokens; 64 turns is room for the
+  # longest demonstrated scan (60 probes) and a submit. Smoke: room for a
+  # bisection of the widest range (8 probes) only, so an untrained model's
+  # episodes end soon.
+  env.max_turns = 10 if smoke else 64
+  # The longest action is the submission, `def compare(x): ...` (~50 bytes).
+  env.max_tokens_per_turn = 80
+  # 64 turns of ~45 tokens and a ~190-token prompt.
+  env.max_total_tokens = 768 if smoke else 3072
+  # An answer line and, after a crash, a status and a stderr line.
+  env.obs_max_bytes = 128
+  data = config.data
+  data.generator = "probes"
+  # Probe tasks share one prompt shape; a few hundred ranges and secrets
+  # are plenty for SFT (each has 1-4 demonstrations).
+  data.num_train_tasks = 24 if smoke else 400
+  data.num_eval_tasks = 8 if smoke else 48
+  if smoke:  # no long scans: they would not fit the smoke budgets
+    data.probe_scan = 0.0
+  sft = config.sft
+  # Demonstrations are 300-3000 tokens, most under 500.
+  sft.length_bucket = 256
+  sft.steps = 10 if smoke else 600
+  sft.batch_size = 4 if smoke else 8
+  ppo = config.ppo
+  ppo.iterations = 2 if smoke else 12
+  ppo.prompts_per_iteration = 2 if smoke else 4
+  # Long rows: a sample of 4 per prompt, as the group of GRPO / RLOO.
+  ppo.samples_per_prompt = 4
+  ppo.micro_batch_size = 2 if smoke else 4
+  ppo.logprob_micro_batch_size = 8
+  ppo.length_bucket = 256
+  # Rows from 300 to 3000 tokens: packing them saves most of the padding.
+  ppo.packing = not smoke
+  ppo.eval_every = ppo.iterations
+  ppo.critic_warmup_iterations = 0 if smoke else 2
+  config.eval.samples_per_task = 1 if smoke else 2
+  config.lock()
+  return config

@@ -1,0 +1,127 @@
+"""The estimator comparison: its arguments, its table, one small run."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from codeagent_rl.experiments import compare
+from codeagent_rl.sandbox import config as sandbox_config
+from configs import long_horizon
+from tests.helpers import processes
+
+
+def test_lists_are_validated():
+  assert compare.parse_lists(["gae", " rloo"], ["0", "2"]) == (
+    ["gae", "rloo"],
+    [0, 2],
+  )
+  for estimators, seeds in (
+    (["ppo"], ["0"]),
+    (["gae", "gae"], ["0"]),
+    ([], ["0"]),
+    (["gae"], ["-1"]),
+    (["gae"], ["x"]),
+    (["gae"], ["1", "1"]),
+  ):
+    with pytest.raises(ValueError, match="--estimators|--seeds"):
+      compare.parse_lists(estimators, seeds)
+
+
+def _run(final, buckets, tokens=100.0):
+  return {
+    "final": {"sampled": final},
+    "sft": {"sampled": {t: 0.0 for t in final}},
+    "buckets": buckets,
+    "tokens": tokens,
+    "episodes": 8.0,
+    "curves": {},
+  }
+
+
+def test_table_pairs_tasks_within_a_seed():
+  buckets = {"a": "short", "b": "long", "c": "long"}
+  runs = {
+    ("gae", 0): _run({"a": 1.0, "b": 0.5, "c": 0.0}, buckets),
+    ("gae", 1): _run({"a": 1.0, "b": 1.0, "c": 0.5}, buckets),
+    ("grpo", 0): _run({"a": 0.5, "b": 0.5, "c": 0.5}, buckets, 50.0),
+    ("grpo", 1): _run({"a": 1.0, "b": 0.0, "c": 0.0}, buckets, 70.0),
+  }
+  numbers = compare.table(runs, ["gae", "grpo"], [0, 1])
+  grpo = numbers["rows"]["grpo"]
+  diffs = np.asarray([-0.5, 0.0, 0.5, 0.0, -1.0, -0.5])
+  assert grpo["paired_diff"] == pytest.approx(diffs.mean())
+  assert grpo["paired_diff_se"] == pytest.approx(
+    diffs.std(ddof=1) / math.sqrt(6)
+  )
+  assert grpo["paired_pairs"] == 6
+  finals = np.asarray([0.5, 1 / 3])
+  assert grpo["pass1"] == pytest.approx(finals.mean())
+  assert grpo["pass1_se_over_seeds"] == pytest.approx(
+    finals.std(ddof=1) / math.sqrt(2)
+  )
+  assert grpo["by_bucket"]["long"]["pass1"] == pytest.approx(0.25)
+  assert grpo["by_bucket"]["long"]["n"] == 4
+  assert grpo["tokens"] == 60.0
+  assert numbers["rows"]["gae"]["paired_diff"] == 0.0
+  assert numbers["buckets"] == ["short", "long"]
+  text = compare.table_text(numbers)
+  assert "vs gae" in text and "-0.250" in text
+
+
+def test_bad_estimator_is_refused_before_anything_runs(tmp_path):
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "codeagent_rl.experiments.compare",
+      "--config=configs/long_horizon.py:smoke",
+      "--estimators=gae,ppo2",
+      f"--workdir={tmp_path}",
+    ],
+    capture_output=True,
+    text=True,
+    cwd=processes.REPO_ROOT,
+    env=processes.one_device_env(),
+    timeout=300,
+  )
+  assert proc.returncode != 0
+  assert "--estimators=gae,ppo2" in proc.stderr
+  assert not any(tmp_path.iterdir())
+
+
+def test_smoke_comparison_writes_table_and_plots(tmp_path):
+  config = long_horizon.get_config("smoke")
+  sandbox = sandbox_config.SandboxConfig(backend="process", pool_size=2)
+  lines = []
+  result = compare.compare(
+    config,
+    ["gae", "grpo"],
+    [0],
+    tmp_path,
+    lambda limits: sandbox,
+    console=lines.append,
+  )
+  saved = json.loads((tmp_path / "compare.json").read_text())
+  assert saved["estimators"] == ["gae", "grpo"]
+  assert set(saved["runs"]) == {"gae/seed0", "grpo/seed0"}
+  for path in saved["plots"]:
+    with open(path, "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  table = saved["tables"]["sampled"]
+  assert set(table["rows"]) == {"gae", "grpo"}
+  assert table["rows"]["gae"]["paired_diff"] == 0.0
+  assert set(table["buckets"]) <= {"short", "medium", "long"}
+  # Both estimators start from one SFT model: the second reused it.
+  gae, grpo = saved["runs"]["gae/seed0"], saved["runs"]["grpo/seed0"]
+  assert gae["sft"] == grpo["sft"]
+  assert gae["iterations"] == grpo["iterations"] == config.ppo.iterations
+  assert gae["episodes"] == grpo["episodes"] > 0
+  assert "episode/turns_p95" not in gae["sft_policy_horizon"]
+  assert "turns_p95" in gae["sft_policy_horizon"]
+  assert (tmp_path / "compare.txt").read_text().startswith("held-out pass@1")
+  assert result["tables"] == saved["tables"]
+  assert lines[0].startswith("compare: gae, seed 0")
