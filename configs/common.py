@@ -9,7 +9,7 @@ from codeagent_rl.sandbox import config as sandbox_config
 
 
 def get_rl_config() -> ml_collections.ConfigDict:
-  """The `rl` section: advantage estimation, PPO losses, KL to the reference."""
+  """The `rl` section: advantages, PPO losses, KL, adaptive truncation."""
   rl = ml_collections.ConfigDict()
 
   rl.advantage = ml_collections.ConfigDict()
@@ -64,6 +64,29 @@ def get_rl_config() -> ml_collections.ConfigDict:
   rl.kl.placement = "reward"
   # "k1", "k2" or "k3" (Schulman 2020). Use "k3" with placement="loss".
   rl.kl.estimator = "k1"
+
+  # Stop an episode early when the critic is sure of its outcome
+  # (codeagent_rl/rollout/truncation.py); its return is then bootstrapped
+  # from the critic, as for a budget truncation. Needs estimator "gae".
+  rl.adaptive_truncation = ml_collections.ConfigDict()
+  # Off by default: it trades the critic's bias for rollout tokens, a
+  # trade to measure (see the truncation/audit_* metrics) before relying on.
+  rl.adaptive_truncation.enabled = False
+  # Value at or above which a turn counts as high. Rewards are pass
+  # fractions in [0, 1]; 0.9 asks for near-certain success. Not yet tuned.
+  rl.adaptive_truncation.threshold = 0.9
+  # The last k turns' values must all be high (and stable): 3 turns, so one
+  # lucky turn does not end an episode. Not yet tuned.
+  rl.adaptive_truncation.k = 3
+  # Largest max - min of those k values: 0.05 of the [0, 1] reward range.
+  rl.adaptive_truncation.tolerance = 0.05
+  # Never cut before this many turns; 3 (= k) gives the policy a chance to
+  # run its code before the critic may call the episode.
+  rl.adaptive_truncation.min_turns = 3
+  # Share of cut decisions only recorded (the episode runs on), to measure
+  # the critic's error at the cut on real outcomes; 0.1 keeps most savings.
+  rl.adaptive_truncation.audit_fraction = 0.1
+
   # How the critic starts: "actor" (a copy of the SFT actor's trunk plus a
   # fresh value head, as InstructGPT initialises from the reward model and
   # most PPO-for-LM recipes from the policy; with `critic.checkpoint_dir`,

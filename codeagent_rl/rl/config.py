@@ -7,6 +7,7 @@ A wrong value raises `ValueError` naming the field and the value.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from codeagent_rl import config_utils
@@ -84,6 +85,51 @@ class KLConfig:
       )
 
 
+def _is_number(value: Any) -> bool:
+  """A finite int or float (a bool is not a number here)."""
+  return type(value) in (int, float) and math.isfinite(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveTruncationConfig:
+  """Validated `config.rl.adaptive_truncation` section.
+
+  See `rollout/truncation.py`: an episode is cut when the critic's values
+  after its last `k` turns are all >= `threshold` and within `tolerance` of
+  each other, after at least `min_turns` turns; `audit_fraction` of those
+  decisions are only recorded, and the episode runs to its end.
+  """
+
+  enabled: bool
+  threshold: float
+  k: int
+  tolerance: float
+  min_turns: int
+  audit_fraction: float
+
+  def __post_init__(self):
+    name = "rl.adaptive_truncation"
+    if type(self.enabled) is not bool:
+      raise ValueError(f"{name}.enabled={self.enabled!r}: must be a bool.")
+    if not _is_number(self.threshold):
+      raise ValueError(
+        f"{name}.threshold={self.threshold!r}: must be a finite number."
+      )
+    for field in ("k", "min_turns"):
+      value = getattr(self, field)
+      if type(value) is not int or value < 1:
+        raise ValueError(f"{name}.{field}={value!r}: must be an integer >= 1.")
+    if not _is_number(self.tolerance) or self.tolerance < 0:
+      raise ValueError(
+        f"{name}.tolerance={self.tolerance!r}: must be a finite number >= 0."
+      )
+    audit = self.audit_fraction
+    if not _is_number(audit) or not 0 <= audit <= 1:
+      raise ValueError(
+        f"{name}.audit_fraction={audit!r}: must be a number in [0, 1]."
+      )
+
+
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
   """The whole validated `config.rl` section."""
@@ -91,12 +137,22 @@ class RLConfig:
   advantage: advantages.AdvantageConfig
   loss: PPOLossConfig
   kl: KLConfig
+  adaptive_truncation: AdaptiveTruncationConfig
   critic_init: str
 
   def __post_init__(self):
     if self.critic_init not in CRITIC_INITS:
       raise ValueError(
         f"rl.critic_init={self.critic_init!r}: expected one of {CRITIC_INITS}."
+      )
+    estimator = self.advantage.estimator
+    if self.adaptive_truncation.enabled and estimator != "gae":
+      # A cut episode's return is bootstrapped from the critic's value and
+      # the cut itself is the critic's call: both need a critic.
+      raise ValueError(
+        "rl.adaptive_truncation.enabled=True needs a critic, but"
+        f" rl.advantage.estimator={estimator!r} is critic-free; use 'gae'"
+        " or set --config.rl.adaptive_truncation.enabled=False."
       )
 
   @classmethod
@@ -112,6 +168,9 @@ class RLConfig:
       advantage=_build(advantages.AdvantageConfig, section, "advantage"),
       loss=_build(PPOLossConfig, section, "loss"),
       kl=_build(KLConfig, section, "kl"),
+      adaptive_truncation=_build(
+        AdaptiveTruncationConfig, section, "adaptive_truncation"
+      ),
       critic_init=section["critic_init"],
     )
 

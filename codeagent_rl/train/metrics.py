@@ -37,6 +37,11 @@ and `codeagent_rl.anticheat.monitors`):
                           mean (variance) over the episodes of a length
                           tercile of their mean advantage, for gae and grpo
                           on the same batch (rl/diagnostics.py)
+  value_by_depth/<turn_1|turn_2_3|...|turn_32_plus>/explained_variance
+                          (and /value_loss, /token_share) the critic's fit
+                          over the trainable tokens of turns at that depth,
+                          and their share of the trainable tokens (runs
+                          with a critic only; 0 when empty; rl/diagnostics.py)
   length/passing_turns    mean turns of passing trajectories
   length/passing_tokens   mean tokens of passing trajectories
   length/failing_turns    mean turns of failing trajectories

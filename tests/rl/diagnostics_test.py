@@ -1,5 +1,7 @@
-"""Advantages by episode length (`rl/diagnostics.py`)."""
+"""Batch diagnostics (`rl/diagnostics.py`): by length, by turn depth."""
 
+import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -74,3 +76,136 @@ def test_by_length_is_each_terciles_mean_and_variance(in_use):
       np.testing.assert_allclose(
         got[f"{key}_var"], rows.var(), rtol=1e-5, atol=1e-7
       )
+
+
+def test_turn_index_counts_runs_of_trainable_tokens():
+  trainable = np.asarray(
+    [
+      [0, 0, 1, 1, 0, 1, 0, 0, 1, 1],  # the third turn reaches the end
+      [0, 0, 0, 0, 0, 0, 0, 0, 0, 0],  # nothing trainable
+      [1, 1, 0, 1, 1, 1, 0, 0, 0, 0],  # starts at column 0, then padding
+      [1, 0, 1, 0, 1, 0, 1, 0, 1, 0],  # one-token turns
+    ],
+    bool,
+  )
+  got = diagnostics.turn_index(jnp.asarray(trainable))
+  assert got.dtype == jnp.int32
+  np.testing.assert_array_equal(
+    got,
+    [
+      [0, 0, 1, 1, 0, 2, 0, 0, 3, 3],
+      [0] * 10,
+      [1, 1, 0, 2, 2, 2, 0, 0, 0, 0],
+      [1, 0, 2, 0, 3, 0, 4, 0, 5, 0],
+    ],
+  )
+
+
+def test_depth_buckets_follow_the_edges():
+  assert diagnostics.DEPTH_BUCKETS == (
+    "turn_1",
+    "turn_2_3",
+    "turn_4_7",
+    "turn_8_15",
+    "turn_16_31",
+    "turn_32_plus",
+  )
+  turn = jnp.asarray([[0, 1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 60]])
+  np.testing.assert_array_equal(
+    diagnostics.depth_buckets(turn), [[-1, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]]
+  )
+
+
+def _multi_turn_batch(seed, b=6, t=240):
+  """Rows of prompt | (action | observation)* | padding, values, returns.
+
+  Values off the mask are NaN: they must not reach any statistic.
+  """
+  rng = np.random.default_rng(seed)
+  trainable = np.zeros((b, t), bool)
+  for i in range(b):
+    pos = int(rng.integers(0, 4))  # prompt
+    end = int(rng.integers(t // 4, t + 1))  # padding after `end`
+    while pos < end:
+      run = int(rng.integers(1, 5))
+      trainable[i, pos : min(pos + run, end)] = True
+      pos += run + int(rng.integers(1, 4))
+  returns = rng.normal(size=(b, t)).astype(np.float32)
+  values = (0.7 * returns + 0.5 * rng.normal(size=(b, t))).astype(np.float32)
+  values[~trainable] = np.nan
+  return values, returns, trainable
+
+
+def _value_by_depth_reference(values, returns, trainable):
+  """Straight NumPy: walk each row, then per bucket over its tokens."""
+  turn = np.zeros(trainable.shape, int)
+  for i, row in enumerate(trainable):
+    k = 0
+    for j, on in enumerate(row):
+      if on and (j == 0 or not row[j - 1]):
+        k += 1
+      turn[i, j] = k if on else 0
+  bounds = [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31), (32, 10**9)]
+  out = {}
+  for label, (lo, hi) in zip(diagnostics.DEPTH_BUCKETS, bounds, strict=True):
+    sel = (turn >= lo) & (turn <= hi)
+    v, r = values[sel].astype(np.float64), returns[sel].astype(np.float64)
+    key = f"value_by_depth/{label}"
+    if sel.any() and r.var() > 0:
+      out[f"{key}/explained_variance"] = 1 - (r - v).var() / r.var()
+    else:
+      out[f"{key}/explained_variance"] = 0.0
+    out[f"{key}/value_loss"] = 0.5 * ((v - r) ** 2).mean() if sel.any() else 0
+    out[f"{key}/token_share"] = sel.sum() / max(trainable.sum(), 1)
+  return out
+
+
+def test_value_by_depth_matches_numpy_and_jits_once():
+  # Jitted, as the learner calls it; two batches of one shape, one trace.
+  jitted = jax.jit(chex.assert_max_traces(diagnostics.value_by_depth, n=1))
+  for seed in (0, 1):
+    values, returns, trainable = _multi_turn_batch(seed)
+    want = _value_by_depth_reference(values, returns, trainable)
+    got = jitted(
+      jnp.asarray(values), jnp.asarray(returns), jnp.asarray(trainable)
+    )
+    assert set(got) == set(want)
+    for key, value in want.items():
+      np.testing.assert_allclose(
+        got[key], value, rtol=1e-4, atol=1e-6, err_msg=key
+      )
+    # The batch reaches every bucket, so the comparison covers all of them.
+    shares = [
+      got[f"value_by_depth/{b}/token_share"] for b in diagnostics.DEPTH_BUCKETS
+    ]
+    assert min(shares) > 0
+    np.testing.assert_allclose(sum(shares), 1.0, rtol=1e-5)
+
+
+def test_empty_buckets_and_constant_returns_give_zero():
+  # Two turns: tokens 1-2 (turn 1, returns constant) and 4-5 (turn 2).
+  trainable = np.zeros((2, 8), bool)
+  trainable[0, [1, 2, 4, 5]] = True
+  values = np.asarray([[9, 1, 2, 9, 3, 6, 9, 9], [9] * 8], np.float32)
+  returns = np.asarray([[0, 2, 2, 0, 4, 5, 0, 0], [0] * 8], np.float32)
+  value_by_depth = jax.jit(diagnostics.value_by_depth)  # one compile, fast
+  got = value_by_depth(
+    jnp.asarray(values), jnp.asarray(returns), jnp.asarray(trainable)
+  )
+  assert all(np.isfinite(v) for v in got.values())
+  first, second = "value_by_depth/turn_1", "value_by_depth/turn_2_3"
+  assert float(got[f"{first}/explained_variance"]) == 0  # Var[R] = 0
+  np.testing.assert_allclose(got[f"{first}/value_loss"], 0.5 * (1 + 0) / 2)
+  np.testing.assert_allclose(got[f"{first}/token_share"], 0.5)
+  # Turn 2: R - v = (1, -1), Var 1; R = (4, 5), Var 0.25: 1 - 1 / 0.25.
+  np.testing.assert_allclose(got[f"{second}/explained_variance"], -3.0)
+  np.testing.assert_allclose(got[f"{second}/value_loss"], 0.5)
+  np.testing.assert_allclose(got[f"{second}/token_share"], 0.5)
+  for label in diagnostics.DEPTH_BUCKETS[2:]:
+    for stat in ("explained_variance", "value_loss", "token_share"):
+      assert float(got[f"value_by_depth/{label}/{stat}"]) == 0
+  # No trainable token at all: every statistic is 0, none NaN.
+  none = value_by_depth(
+    jnp.asarray(values), jnp.asarray(returns), jnp.zeros((2, 8), bool)
+  )
+  assert all(float(v) == 0 for v in none.values())
