@@ -59,10 +59,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   sft = config.sft
   # Demonstrations are 300-3000 tokens, most under 500.
   sft.length_bucket = 256
-  sft.steps = 10 if smoke else 600
+  # The loss falls from 4.4 to 0.55 in 100 steps (token accuracy 0.83)
+  # and 0.45 at 150 (seed 0); steps of long scans cost ~10x short ones,
+  # so 400 steps are most of a comparison's time.
+  sft.steps = 10 if smoke else 400
   sft.batch_size = 4 if smoke else 8
   ppo = config.ppo
-  ppo.iterations = 2 if smoke else 12
+  ppo.iterations = 2 if smoke else 8
   ppo.prompts_per_iteration = 2 if smoke else 4
   # Long rows: a sample of 4 per prompt, as the group of GRPO / RLOO.
   ppo.samples_per_prompt = 4
@@ -72,7 +75,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Rows from 300 to 3000 tokens: packing them saves most of the padding.
   ppo.packing = not smoke
   ppo.eval_every = ppo.iterations
-  ppo.critic_warmup_iterations = 0 if smoke else 2
+  ppo.critic_warmup_iterations = 0 if smoke else 1
   config.eval.samples_per_task = 1 if smoke else 2
   config.lock()
   return config
