@@ -129,6 +129,14 @@ def get_ppo_config(smoke: bool) -> ml_collections.ConfigDict:
   # Rows per forward of the log-prob and value passes: like the train
   # step's (no backward, so activations are the smaller part).
   ppo.logprob_micro_batch_size = ppo.get_ref("micro_batch_size")
+  # 0: rollouts in lockstep, one KV-cache row each; > 0: that many rows,
+  # refilled as episodes end (rollout/continuous.py). Measured on 2 CPU
+  # cores (benchmarks/rollout_refill_bench.py, 16 episodes of 2-50 turns):
+  # 4 refilled rows ran 3.3x faster than 16 in lockstep, idle decode rows
+  # 18% vs 72%, for 1.29x the decode steps; where a step costs the same at
+  # 4 rows as at 16 (an accelerator) the gain is the KV cache's memory,
+  # not yet measured there. Off until it is.
+  ppo.rollout_slots = 0
   # The critic alone first: its value head starts at zero.
   ppo.critic_warmup_iterations = 0 if smoke else 5
   ppo.skip_actor_on_flat_rewards = not smoke

@@ -292,6 +292,12 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   ppo.logprob_micro_batch_size = ppo.get_ref(
     "prompts_per_iteration"
   ) * ppo.get_ref("samples_per_prompt")
+  # 0: rollouts in lockstep, one KV-cache row each; > 0: that many rows,
+  # refilled as episodes end (rollout/continuous.py). Lockstep: the demo's
+  # episodes are 1-2 turns of similar length, so few rows idle, and the
+  # README's numbers were measured so (slot refill draws each episode's
+  # tokens from its own key: other samples).
+  ppo.rollout_slots = 0
   # Iterations that train only the critic first (value head from zero).
   ppo.critic_warmup_iterations = 2 if preset == "default" else 0
   # Freeze the actor in an iteration whose rollouts all got the same reward

@@ -1,20 +1,28 @@
 """Jitted generation with a KV cache, for multi-turn agent rollouts.
 
 A conversation is a `DecodeState`: the cache, the logits that predict each
-row's next token, and each row's next position. Two jittable steps act on it:
+row's next token, and each row's next position. Two jittable steps grow it:
 
 - `extend` appends tokens (a ragged prompt, or the observation of the last
   turn) without recomputing the prefix: incremental prefill. Prefill of a
   prompt is `extend` on an empty state.
 - `decode` samples until every row has emitted one of its stop tokens or
   spent its own budget, in a `lax.while_loop` that feeds one token per step.
-  Greedy, temperature, top-k and top-p sampling.
+  Greedy, temperature, top-k and top-p sampling; one key for the batch, or
+  one key per row (a row's tokens then do not depend on its neighbours').
+
+For continuous batching (`rollout/continuous.py`) a row can start a new
+conversation while the others go on: `restart` empties some rows
+(`reset_rows`: their slots become invalid, so the old conversation is never
+attended again) and prefills the new prompts into those rows only, and
+`compact` moves every row's valid slots to the front when the shared write
+index runs out of room (rows that restarted leave their old slots behind).
 
 Memory is the cache plus one step of activations; the state is donated from
 call to call and dropped after the rollout. On a mesh the state is split
 like the batch: rows over the `batch` rule's mesh axes, the cache's
 key/value heads over the `heads` rule's (`state_shardings`). `Sampler` is
-the host-side wrapper that jits both steps (once per layout of the state),
+the host-side wrapper that jits the steps (once per layout of the state),
 tracks how full the cache is, and stops with a clear error before a write
 would overflow it.
 """
@@ -300,10 +308,31 @@ def limit_vocab(logits: jax.Array, vocab_limit: int) -> jax.Array:
   return jnp.where(ids < vocab_limit, logits, _NEG_INF)
 
 
+def is_row_keys(rng: jax.Array) -> bool:
+  """Whether `rng` is one key per row ([B] typed or [B, 2] raw), not one."""
+  if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    return rng.ndim == 1
+  return rng.ndim == 2
+
+
+def _fold_in(rng: jax.Array, step: jax.Array) -> jax.Array:
+  """`fold_in` of one key, or of each row's key."""
+  if is_row_keys(rng):
+    return jax.vmap(jax.random.fold_in, in_axes=(0, None))(rng, step)
+  return jax.random.fold_in(rng, step)
+
+
 def sample_token(
   logits: jax.Array, rng: jax.Array, cfg: SamplerConfig
 ) -> tuple[jax.Array, jax.Array]:
   """Samples one token per row of [B, V] logits.
+
+  Args:
+    logits: [B, V] logits.
+    rng: one key for the batch, or [B] keys (raw: [B, 2]), one per row: a
+      row's draw then depends on its key only, not on its place in the
+      batch (the same random bits in all: B x V uniforms).
+    cfg: sampling settings.
 
   Returns:
     ([B] int32 tokens, [B] float32 log-probs under the temperature-scaled
@@ -316,7 +345,10 @@ def sample_token(
   else:
     scaled = logits / cfg.temperature
     filtered = _filter_logits(scaled, cfg.top_k, cfg.top_p)
-    tokens = jax.random.categorical(rng, filtered, axis=-1)
+    if is_row_keys(rng):
+      tokens = jax.vmap(jax.random.categorical)(rng, filtered)
+    else:
+      tokens = jax.random.categorical(rng, filtered, axis=-1)
   logp = jax.nn.log_softmax(scaled, axis=-1)
   token_logp = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
   return tokens.astype(jnp.int32), token_logp
@@ -329,9 +361,7 @@ def _decode_cond(carry, *, max_new_tokens):
 
 def _decode_body(carry, *, params, model, cfg, budgets, stop_ids, pad_id):
   step, state, rng, done, stopped, lengths, out_tokens, out_logp = carry
-  token, logp = sample_token(
-    state.last_logits, jax.random.fold_in(rng, step), cfg
-  )
+  token, logp = sample_token(state.last_logits, _fold_in(rng, step), cfg)
   live = ~done
   token = jnp.where(live, token, pad_id)
   logp = jnp.where(live, logp, 0.0)
@@ -364,7 +394,8 @@ def decode(
   Args:
     params: actor variables.
     state: conversations to continue (at least one `extend` done).
-    rng: PRNG key; step i uses `fold_in(rng, i)`.
+    rng: PRNG key, or [B] keys (raw: [B, 2]) one per row; step i uses
+      `fold_in(key, i)` (see `sample_token`).
     budgets: [B] int, tokens each row may still produce (<= max_new_tokens;
       0 means the row produces nothing).
     stop_ids: [B, S] int stop tokens of each row (pad unused entries with -1)
@@ -411,8 +442,150 @@ def decode(
   )
 
 
+def reset_rows(state: DecodeState, rows: jax.Array) -> DecodeState:
+  """Empties the conversations of `rows`; the other rows are unchanged.
+
+  Their slots become invalid (attention only sees valid slots, so the old
+  keys and values, still in memory, are never read), their next position 0
+  and their logits 0. The shared write index does not move.
+
+  Args:
+    state: the conversations.
+    rows: [B] bool, the rows to empty.
+
+  Returns:
+    The state with those rows empty.
+  """
+  chex.assert_shape(rows, state.next_pos.shape)
+  rows = rows.astype(bool)
+  cache = state.cache
+  return DecodeState(
+    cache=cache.replace(valid=cache.valid & ~rows[:, None]),
+    last_logits=jnp.where(rows[:, None], 0.0, state.last_logits),
+    next_pos=jnp.where(rows, 0, state.next_pos),
+  )
+
+
+def _write_rows(old: jax.Array, new: jax.Array, rows: jax.Array, axis: int):
+  """`old` with its first `new.shape[axis]` slots taken from `new` in `rows`."""
+  width = new.shape[axis]
+  head = lax.slice_in_dim(old, 0, width, axis=axis)
+  mask = rows.reshape((-1,) + (1,) * (old.ndim - 1))
+  return lax.dynamic_update_slice_in_dim(
+    old, jnp.where(mask, new.astype(old.dtype), head), 0, axis=axis
+  )
+
+
+def restart(
+  params: Any,
+  state: DecodeState,
+  rows: jax.Array,
+  tokens: jax.Array,
+  valid: jax.Array,
+  *,
+  model: transformer.Actor,
+) -> DecodeState:
+  """Starts new conversations in `rows`; the other rows keep theirs.
+
+  The rows are emptied (`reset_rows`) and the chunk is prefilled into them
+  alone, into their slots [0, C): those are free, as the whole row is. The
+  prefill runs on a scratch cache of C slots, so it needs no room at the
+  shared write index; the index moves to at least C, so that later writes
+  never land on the new prompts.
+
+  Args:
+    params: actor variables.
+    state: the conversations.
+    rows: [B] bool, the rows that start over.
+    tokens: [B, C] token ids; rows outside `rows` are ignored.
+    valid: [B, C] bool, as for `extend`.
+    model: the actor module.
+
+  Returns:
+    The state; `last_logits` of the new rows predict their first token.
+  """
+  chex.assert_rank([tokens, valid], 2)
+  chex.assert_equal_shape([tokens, valid])
+  chex.assert_shape(rows, state.next_pos.shape)
+  rows = rows.astype(bool)
+  state = reset_rows(state, rows)
+  cache = state.cache
+  b, c = tokens.shape
+  scratch = DecodeState(
+    cache=transformer.init_cache(
+      model.config, b, c, dtype=cache.layers[0].k.dtype
+    ),
+    last_logits=jnp.zeros_like(state.last_logits),
+    next_pos=jnp.zeros_like(state.next_pos),
+  )
+  scratch = extend(
+    params, scratch, tokens, valid.astype(bool) & rows[:, None], model=model
+  )
+  layers = tuple(
+    transformer.LayerKV(
+      k=_write_rows(old.k, new.k, rows, axis=2),
+      v=_write_rows(old.v, new.v, rows, axis=2),
+    )
+    for old, new in zip(cache.layers, scratch.cache.layers, strict=True)
+  )
+  return DecodeState(
+    cache=transformer.KVCache(
+      layers=layers,
+      valid=_write_rows(cache.valid, scratch.cache.valid, rows, axis=1),
+      positions=_write_rows(
+        cache.positions, scratch.cache.positions, rows, axis=1
+      ),
+      index=jnp.maximum(cache.index, c),
+    ),
+    last_logits=jnp.where(
+      rows[:, None], scratch.last_logits, state.last_logits
+    ),
+    next_pos=jnp.where(rows, scratch.next_pos, state.next_pos),
+  )
+
+
+def compact(state: DecodeState) -> DecodeState:
+  """Moves each row's valid slots to the front, in order.
+
+  Attention depends on slots' validity and positions only, never on where
+  they sit, so each row's conversation is unchanged (up to the order of
+  float sums). The write index becomes the most valid slots of any row:
+  the room that rows' dead slots (left by `reset_rows`, or by decode steps
+  of rows that had stopped) took is free again.
+  """
+  cache = state.cache
+  # A stable sort of "invalid" puts valid slots first, in slot order.
+  order = jnp.argsort(~cache.valid, axis=1, stable=True)
+  kv_order = order[:, None, :, None]
+  layers = tuple(
+    transformer.LayerKV(
+      k=jnp.take_along_axis(layer.k, kv_order, axis=2),
+      v=jnp.take_along_axis(layer.v, kv_order, axis=2),
+    )
+    for layer in cache.layers
+  )
+  valid = jnp.take_along_axis(cache.valid, order, axis=1)
+  return state.replace(
+    cache=transformer.KVCache(
+      layers=layers,
+      valid=valid,
+      positions=jnp.take_along_axis(cache.positions, order, axis=1),
+      index=jnp.max(jnp.sum(valid, axis=1, dtype=jnp.int32)),
+    )
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class _RowSteps:
+  """The jitted steps that act on some rows, for one layout of the state."""
+
+  restart: Any
+  reset_rows: Any
+  compact: Any
+
+
 class Sampler:
-  """Host-side driver: jits `extend` and `decode`, guards the cache.
+  """Host-side driver: jits the steps, guards the cache.
 
   Example:
     sampler = Sampler(actor, model_cfg, sampler_cfg, pad_id=tok.pad_id)
@@ -420,6 +593,7 @@ class Sampler:
     state = sampler.extend(params, state, prompt_tokens, prompt_valid)
     state, out = sampler.decode(params, state, rng, budgets, stop_ids)
     state = sampler.extend(params, state, obs_tokens, obs_valid)  # next turn
+    state = sampler.restart(params, state, rows, new_tokens, new_valid)
 
   Each step keeps the state where `start` put it: the steps are jitted
   once per layout of the state, with that layout as their output's.
@@ -452,9 +626,12 @@ class Sampler:
     self._decode_fn = functools.partial(
       decode, model=model, cfg=cfg, pad_id=pad_id
     )
+    self._restart_fn = functools.partial(restart, model=model)
     # Jitted (extend, decode) per layout of the state (a `DecodeState` of
     # shardings): their output stays in it, call after call.
     self._steps: dict[DecodeState, tuple[Any, Any]] = {}
+    # The same for the steps of continuous batching (`restart` and co.).
+    self._row_steps: dict[DecodeState, _RowSteps] = {}
     # Jitted `empty_state` per (batch, max_len, sharding): made on the
     # devices, never copied there from the host.
     self._empty: dict[tuple, Any] = {}
@@ -518,6 +695,25 @@ class Sampler:
       )
     return self._steps[layout]
 
+  def _row_jitted(self, state: DecodeState) -> _RowSteps:
+    """`restart`, `reset_rows`, `compact`, jitted like `_jitted`'s."""
+    layout = jax.tree.map(lambda x: x.sharding, state)
+    if layout not in self._row_steps:
+      self._row_steps[layout] = _RowSteps(
+        restart=jax.jit(
+          self._restart_fn, out_shardings=layout, donate_argnums=(1,)
+        ),
+        reset_rows=jax.jit(
+          reset_rows, out_shardings=layout, donate_argnums=(0,)
+        ),
+        compact=jax.jit(compact, out_shardings=layout, donate_argnums=(0,)),
+      )
+    return self._row_steps[layout]
+
+  def free_slots(self, state: DecodeState) -> int:
+    """Cache slots per row still free at the shared write index."""
+    return state.cache.max_len - int(jax.device_get(state.cache.index))
+
   def _check_room(self, state: DecodeState, needed: int, what: str) -> None:
     used = int(jax.device_get(state.cache.index))
     if used + needed > state.cache.max_len:
@@ -550,3 +746,38 @@ class Sampler:
     self._check_room(state, min(most, self.cfg.max_new_tokens), "decode")
     _, decode_fn = self._jitted(state)
     return decode_fn(params, state, rng, budgets, stop_ids)
+
+  def reset_rows(self, state, rows) -> DecodeState:
+    """Empties the rows where `rows` ([B] bool) is True; see `reset_rows`."""
+    self._check_rows(state, rows, "reset_rows")
+    return self._row_jitted(state).reset_rows(state, rows)
+
+  def restart(self, params, state, rows, tokens, valid) -> DecodeState:
+    """Starts new conversations in `rows` only; see `restart`.
+
+    Needs no room at the write index, only a chunk no wider than the
+    cache. Arrays go where the state's rows are, as for `extend`.
+
+    Raises:
+      ValueError: `rows` is not [B], or the chunk is wider than the cache.
+    """
+    self._check_rows(state, rows, "restart")
+    width = np.shape(tokens)[1]
+    if width > state.cache.max_len:
+      raise ValueError(
+        f"Sampler.restart: a chunk of {width} tokens does not fit the KV"
+        f" cache's {state.cache.max_len} slots per row."
+      )
+    return self._row_jitted(state).restart(params, state, rows, tokens, valid)
+
+  def compact(self, state) -> DecodeState:
+    """Frees the slots no row uses; see `compact`."""
+    return self._row_jitted(state).compact(state)
+
+  def _check_rows(self, state: DecodeState, rows, what: str) -> None:
+    want = tuple(state.next_pos.shape)
+    if tuple(np.shape(rows)) != want:
+      raise ValueError(
+        f"Sampler.{what}: rows has shape {tuple(np.shape(rows))}, the"
+        f" state has {want[0]} rows; pass a [B] bool mask."
+      )

@@ -16,10 +16,13 @@ episode and its grade (suites A and B) is needed only when the batch is
 done, so submissions are graded in a background thread while the other
 episodes keep generating: the sandbox overlaps with generation. Rows are
 padded to a fixed length (`max_total_tokens` of the environment), so the
-learner compiles once.
+learner compiles once. `rollout.continuous.collect` builds the same batch
+without the lockstep: a row whose episode ended starts the next task.
 
 The policy is anything that implements `Policy`; `SamplerPolicy` runs the
-transformer with its KV cache, tests use scripted policies.
+transformer with its KV cache, tests use scripted policies. An optional
+`StopHook` (`rollout.truncation.Stopper`) may end open episodes between
+turns (`CodeEnv.cut`); such an episode's row keeps its last observation.
 """
 
 from __future__ import annotations
@@ -53,14 +56,45 @@ class Policy(Protocol):
   ) -> list[tuple[list[int], list[float]]]:
     """One turn per row: (tokens, log-probs), at most `budgets[row]` tokens.
 
-    A row with budget 0 returns ([], []).
+    `rng` is one key for the batch (`collect`) or one key per row
+    (`continuous.collect`). A row with budget 0 returns ([], []).
     """
 
   def observe(self, observations: Sequence[Sequence[int]]) -> None:
     """Appends token ids to each row's conversation (empty: unchanged)."""
 
+  def restart(
+    self, rows: Sequence[int], prompts: Sequence[Sequence[int]]
+  ) -> None:
+    """Starts `prompts[k]` as a new conversation in row `rows[k]`.
+
+    The rows' old conversations are dropped; an empty prompt leaves its row
+    empty. Other rows are unchanged. Only `continuous.collect` calls it.
+    """
+
   def end(self) -> None:
     """Drops the batch's conversations (e.g. the KV cache)."""
+
+
+class StopHook(Protocol):
+  """What the agent loops ask, after each turn, about the open episodes."""
+
+  def reset(self) -> None:
+    """Called once when a rollout starts."""
+
+  def decide(
+    self,
+    episode_ids: Sequence[int],
+    prefixes: Sequence[Sequence[int]],
+    turns: Sequence[int],
+  ) -> list[bool]:
+    """True for each episode to end now (`CodeEnv.cut`).
+
+    Args:
+      episode_ids: the open episodes' output rows.
+      prefixes: their token ids so far, the turn's observation appended.
+      turns: the turns each has taken.
+    """
 
 
 # Prefill chunks are padded to a multiple of this many tokens, so the
@@ -87,7 +121,11 @@ class SamplerPolicy:
   """The transformer actor with its KV cache, behind `Policy`.
 
   The cache holds `cache_len` slots per row; `cache_len_for` gives a length
-  that no episode within the environment budgets can overflow.
+  that no episode within the environment budgets can overflow. The write
+  index is shared by all rows, so with `restart` (rows that start new
+  episodes) it outruns any one episode: when a call would not fit, the
+  cache is first compacted (`Sampler.compact`), which leaves each row only
+  its own episode's tokens.
   """
 
   def __init__(
@@ -135,8 +173,13 @@ class SamplerPolicy:
 
   def generate(self, budgets, rng):
     """Decodes one turn per row through the cache."""
-    budgets = jax.device_put(np.asarray(budgets, np.int32), self._rows)
-    rng = jax.device_put(rng, self._placement)
+    budgets = np.asarray(budgets, np.int32)
+    self._make_room(
+      min(int(budgets.max(initial=0)), self._sampler.cfg.max_new_tokens)
+    )
+    budgets = jax.device_put(budgets, self._rows)
+    row_keys = sampler_lib.is_row_keys(rng)
+    rng = jax.device_put(rng, self._rows if row_keys else self._placement)
     self._state, out = self._sampler.decode(
       self._params, self._state, rng, budgets, self._stop_ids
     )
@@ -153,11 +196,43 @@ class SamplerPolicy:
     if not any(observations):
       return
     tokens, valid = _pad_rows(observations, self._pad_id)
+    self._make_room(tokens.shape[1])
     self._state = self._sampler.extend(
       self._params,
       self._state,
       *jax.device_put((tokens, valid), self._rows),
     )
+
+  def restart(self, rows, prompts):
+    """Empties `rows`; prefills the non-empty prompts into theirs only."""
+    if len(rows) != len(prompts):
+      raise ValueError(f"{len(rows)} rows but {len(prompts)} prompts.")
+    batch = len(self._state.next_pos)
+    if len(set(rows)) != len(rows) or not all(0 <= r < batch for r in rows):
+      raise ValueError(
+        f"restart rows {list(rows)}: must be distinct rows of the {batch}."
+      )
+    mask = np.zeros((batch,), bool)
+    mask[list(rows)] = True
+    chunks = [[] for _ in range(batch)]
+    for row, prompt in zip(rows, prompts, strict=True):
+      chunks[row] = prompt
+    if not any(chunks):
+      self._state = self._sampler.reset_rows(
+        self._state, jax.device_put(mask, self._rows)
+      )
+      return
+    tokens, valid = _pad_rows(chunks, self._pad_id)
+    self._state = self._sampler.restart(
+      self._params,
+      self._state,
+      *jax.device_put((mask, tokens, valid), self._rows),
+    )
+
+  def _make_room(self, needed: int) -> None:
+    """Compacts the cache if a write of `needed` slots would not fit."""
+    if self._sampler.free_slots(self._state) < needed:
+      self._state = self._sampler.compact(self._state)
 
   def end(self):
     """Releases the KV cache: nothing is kept after a rollout."""
@@ -218,6 +293,8 @@ def collect(
   tasks: Sequence[schema.Task],
   group_ids: Sequence[int],
   rng: jax.Array,
+  *,
+  stopper: StopHook | None = None,
 ) -> Rollout:
   """Runs one episode per task to the end, all turns batched.
 
@@ -227,6 +304,9 @@ def collect(
     tasks: one task per row (repeat a task for a group of samples).
     group_ids: [B] prompt id of each row, for group baselines.
     rng: PRNG key; turn k uses `fold_in(rng, k)`.
+    stopper: asked after each turn about the episodes still open; those it
+      answers True for are cut (stop reason `code_env.STOP_ADAPTIVE`). Its
+      time goes to `timings["stop_s"]`.
 
   Returns:
     The `Rollout`; rows are padded to `env.config.max_total_tokens`.
@@ -244,6 +324,9 @@ def collect(
       f" {cfg.max_total_tokens}: raise the budget or shorten the prompts."
     )
   timings = {"generate_s": 0.0, "env_s": 0.0}
+  if stopper is not None:
+    stopper.reset()
+    timings["stop_s"] = 0.0
   start = time.perf_counter()
   policy.begin([s.prompt_ids for s in states])
   timings["generate_s"] += time.perf_counter() - start
@@ -302,6 +385,10 @@ def collect(
       start = time.perf_counter()
       policy.observe(observations)
       timings["generate_s"] += time.perf_counter() - start
+      if stopper is not None:
+        start = time.perf_counter()
+        _apply_stopper(env, stopper, states, rows, stepping)
+        timings["stop_s"] += time.perf_counter() - start
     start = time.perf_counter()
     policy.end()
     for i, future in grading.items():
@@ -338,16 +425,48 @@ def episode_messages(
   """A finished episode's chat messages, as its row's ids hold them.
 
   The prompt's system and task text, each action's text and the
-  observations that were appended (all but a final one).
+  observations that were appended: all but a final one, unless the loop
+  cut the episode after it (`code_env.STOP_ADAPTIVE`).
   """
   turns = state.turns
+  shown = turns if state.stop_reason == code_env.STOP_ADAPTIVE else turns[:-1]
   return chat.episode_messages(
     fmt,
     protocol.REMINDER,
     protocol.task_text(state.task),
     [t.action_text for t in turns],
-    [t.observation.body for t in turns[:-1]],
+    [t.observation.body for t in shown],
   )
+
+
+def _apply_stopper(
+  env: code_env.CodeEnv,
+  stopper: StopHook,
+  states: list[code_env.EpisodeState],
+  rows: list[_Row],
+  stepped: Sequence[int],
+) -> None:
+  """Asks `stopper` about the rows stepped this turn that are still open.
+
+  Cuts (in `states`) those it answers True for; their rows keep the
+  observation just appended and take no more turns.
+  """
+  open_rows = [i for i in stepped if not states[i].done]
+  if not open_rows:
+    return
+  verdicts = stopper.decide(
+    open_rows,
+    [rows[i].tokens for i in open_rows],
+    [len(states[i].turns) for i in open_rows],
+  )
+  if len(verdicts) != len(open_rows):
+    raise ValueError(
+      f"stopper.decide answered {len(verdicts)} verdicts for"
+      f" {len(open_rows)} open episodes."
+    )
+  for i, cut in zip(open_rows, verdicts, strict=True):
+    if cut:
+      states[i] = env.cut(states[i])
 
 
 def _to_batch(rows, states, group_ids, cfg, pad_id) -> types.TrajectoryBatch:

@@ -248,6 +248,10 @@ class PPOConfig:
       passes over an iteration's rollouts (one group after another, so a
       forward never holds every rollout's activations); divides
       `rollouts_per_iteration`.
+    rollout_slots: 0: an iteration's rollouts run in lockstep, one KV-cache
+      row each (`agent_loop.collect`); > 0: that many rows, an episode
+      that ends handing its row to the next one (`continuous.collect`);
+      at most `rollouts_per_iteration`.
     critic_warmup_iterations: first iterations that train only the critic
       (the actor is frozen while the value head learns the returns).
     skip_actor_on_flat_rewards: the actor does not update in an iteration
@@ -282,6 +286,7 @@ class PPOConfig:
   minibatches: int
   micro_batch_size: int
   logprob_micro_batch_size: int
+  rollout_slots: int
   critic_warmup_iterations: int
   skip_actor_on_flat_rewards: bool
   length_bucket: int
@@ -296,7 +301,11 @@ class PPOConfig:
     _int_at_least(
       "ppo",
       self,
-      ("critic_warmup_iterations", "value_pretrain_iterations"),
+      (
+        "critic_warmup_iterations",
+        "value_pretrain_iterations",
+        "rollout_slots",
+      ),
       low=0,
     )
     _int_at_least("ppo", self, ("value_pretrain_patience",), low=1)
@@ -344,6 +353,12 @@ class PPOConfig:
         "config.ppo.logprob_micro_batch_size="
         f"{self.logprob_micro_batch_size}: must divide the"
         f" {rows} rollouts of an iteration."
+      )
+    if self.rollout_slots > rows:
+      raise ValueError(
+        f"config.ppo.rollout_slots={self.rollout_slots}: must be <= the"
+        f" {rows} rollouts per iteration (prompts_per_iteration x"
+        " samples_per_prompt); 0 runs them in lockstep."
       )
 
   @property

@@ -4,8 +4,12 @@ One iteration (`Learner.iteration(states, prompts, rng, index=k)`):
 
   1. the iteration's prompts, each `ppo.samples_per_prompt` times (a group
      per prompt, for group-relative estimators);
-  2. rollouts with the current actor (`rollout.agent_loop.collect`), whose
-     submissions the sandbox pool grades while generation goes on;
+  2. rollouts with the current actor (`rollout.agent_loop.collect`; with
+     `ppo.rollout_slots` > 0 `rollout.continuous.collect`, whose rows are
+     refilled as episodes end), whose submissions the sandbox pool grades
+     while generation goes on; with `rl.adaptive_truncation.enabled` the
+     current critic ends episodes whose outcome it is sure of
+     (`rollout.truncation.Stopper`);
   3. rewards: both anti-cheat stages over the episodes
      (`anticheat.pipeline.AntiCheat.rollout_rewards`);
   4. the batch, cut to its bucketed longest row on the host, goes to the
@@ -61,8 +65,11 @@ from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
+from codeagent_rl.rl import diagnostics
 from codeagent_rl.rl import losses
 from codeagent_rl.rollout import agent_loop
+from codeagent_rl.rollout import continuous
+from codeagent_rl.rollout import truncation
 from codeagent_rl.tasks import schema
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import evaluate as eval_lib
@@ -144,6 +151,15 @@ def _stacked_means(parts: list[dict[str, jax.Array]]) -> dict[str, float]:
   return {
     k: float(np.mean(np.concatenate([p[k] for p in host]))) for k in host[0]
   }
+
+
+def _value_after_last(params, tokens, valid, length, *, model) -> jax.Array:
+  """[B] the critic's value after each row's last valid token.
+
+  `steps.critic_values`'s `after_last`: what a truncated row bootstraps
+  from, so adaptive truncation decides on the value the learner uses.
+  """
+  return steps.critic_values(params, tokens, valid, length, model=model)[1]
 
 
 class Learner:
@@ -252,7 +268,11 @@ class Learner:
     )
     self._mc_targets = jax.jit(functools.partial(steps.targets, rl=monte_carlo))
     self.explained_variance = jax.jit(losses.explained_variance)
+    self.value_by_depth = jax.jit(diagnostics.value_by_depth)
     self._no_values = jax.jit(steps.no_values)
+    self.prefix_values = jax.jit(
+      functools.partial(_value_after_last, model=critic)
+    )
     self._order = jax.jit(
       functools.partial(
         steps.epoch_order,
@@ -368,6 +388,29 @@ class Learner:
     """Places host arrays on the mesh, split along the batch."""
     return sharding.shard_batch(tree, self.mesh, self.rules)
 
+  def stopper(
+    self, critic: state_lib.TrainState | None, index: int
+  ) -> truncation.Stopper | None:
+    """Iteration `index`'s adaptive-truncation hook, bound to `critic`.
+
+    None when `rl.adaptive_truncation.enabled` is off (or there is no
+    critic). Prefix rows are bucketed like the update's rows
+    (`ppo.length_bucket`), `ppo.logprob_micro_batch_size` per forward; the
+    audit draws derive from the seed and the iteration.
+    """
+    exp = self.exp
+    if not exp.rl.adaptive_truncation.enabled or critic is None:
+      return None
+    return truncation.Stopper(
+      exp.rl.adaptive_truncation,
+      self.prefix_values,
+      critic.params,
+      self.env.format.pad_id,
+      seed=(exp.seed, index),
+      bucket=exp.ppo.length_bucket,
+      max_rows=exp.ppo.logprob_micro_batch_size,
+    )
+
   def iteration(
     self,
     states: States,
@@ -407,11 +450,26 @@ class Learner:
       self.env.format,
       self.cache_len,
     )
-    rollout = agent_loop.collect(
-      self.env, policy, tasks, groups, rng["rollout"]
-    )
+    # Value pre-training regresses on Monte-Carlo returns: no cuts there.
+    stopper = None if value_only else self.stopper(states[1], index)
+    if self.exp.ppo.rollout_slots:
+      rollout = continuous.collect(
+        self.env,
+        policy,
+        tasks,
+        groups,
+        rng["rollout"],
+        slots=self.exp.ppo.rollout_slots,
+        stopper=stopper,
+      )
+    else:
+      rollout = agent_loop.collect(
+        self.env, policy, tasks, groups, rng["rollout"], stopper=stopper
+      )
     timer.add("generation", rollout.timings["generate_s"])
     timer.add("sandbox_wait", rollout.timings["env_s"])
+    if stopper is not None:
+      timer.add("truncation", rollout.timings["stop_s"])
     with timer.phase("anticheat"):
       rewards, ac_scalars = self.anticheat.rollout_rewards(rollout.episodes)
     total = np.asarray(jax.device_get(rewards.total), np.float32)
@@ -429,6 +487,8 @@ class Learner:
     )
     scalars.update(episode_scalars)
     scalars.update(ac_scalars)
+    if stopper is not None:
+      scalars.update(stopper.metrics(total, rollout.batch.length))
     generated = float(rollout.batch.trainable.sum())
     scalars["perf/tokens_per_s"] = generated / max(
       rollout.timings["generate_s"], 1e-9
@@ -514,6 +574,9 @@ class Learner:
       if critic is not None:
         metrics["critic/explained_variance"] = self.explained_variance(
           values, returns, arrays["trainable"]
+        )
+        metrics.update(
+          self.value_by_depth(values, returns, arrays["trainable"])
         )
       metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     after_warmup = actor_trains(exp, index) and not value_only

@@ -100,7 +100,12 @@ def test_smoke_comparison_writes_table_and_plots(tmp_path):
       "-m",
       "codeagent_rl.experiments.compare",
       "--config=configs/long_horizon.py:smoke",
+      # The smallest run that still has every stage: the smoke model's
+      # episodes are noise, so few and short ones.
       "--config.ppo.iterations=1",
+      "--config.env.max_turns=3",
+      "--config.data.num_train_tasks=8",
+      "--config.data.num_eval_tasks=4",
       "--estimators=gae,grpo",
       "--seeds=0",
       f"--workdir={tmp_path}",

@@ -33,6 +33,8 @@ def test_smoke_config_is_valid():
     ("ppo", "minibatches", 3, r"config\.ppo\.minibatches=3: must divide"),
     ("ppo", "micro_batch_size", 3, r"config\.ppo\.micro_batch_size=3"),
     ("ppo", "critic_warmup_iterations", -1, r"ppo\.critic_warmup_iter"),
+    ("ppo", "rollout_slots", -1, r"config\.ppo\.rollout_slots=-1: must be"),
+    ("ppo", "rollout_slots", 9, r"ppo\.rollout_slots=9: must be <= the 8"),
     (
       "data",
       "difficulty_weights",
