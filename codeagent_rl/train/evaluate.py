@@ -30,6 +30,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer
 from codeagent_rl.rollout import agent_loop
+from codeagent_rl.rollout import continuous
 from codeagent_rl.tasks import schema
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import keys
@@ -182,6 +183,7 @@ class Evaluator:
     tasks: Sequence[schema.Task],
     *,
     batch_size: int,
+    slots: int = 0,
   ):
     """Builds one jitted sampler per mode, and the anti-cheat.
 
@@ -190,12 +192,18 @@ class Evaluator:
         `exp.anticheat`).
       env: the environment (and its sandbox pool).
       tasks: held-out tasks.
-      batch_size: episodes run together.
+      batch_size: episodes run together (lockstep, `slots` 0).
+      slots: > 0: a mode's episodes all go through one slot-refill loop
+        (`rollout.continuous`) of that many rows (at most the episodes), so
+        no batch waits for its longest episode; 0: lockstep batches.
     """
+    if type(slots) is not int or slots < 0:
+      raise ValueError(f"Evaluator slots={slots!r}: must be an int >= 0.")
     self._exp = exp
     self._env = env
     self._tasks = list(tasks)
     self._batch_size = batch_size
+    self._slots = slots
     temperature = {"greedy": 0.0, "sampled": exp.sampling.temperature}
     self._samplers = {
       mode: make_sampler(exp, temperature[mode]) for mode in exp.eval.modes
@@ -217,22 +225,37 @@ class Evaluator:
       # Greedy decoding gives every copy of a task the same episode.
       copies = self._exp.eval.samples_per_task if mode == "sampled" else 1
       tasks = [t for t in self._tasks for _ in range(copies)]
-      rollouts, rejected = [], []
-      for start in range(0, len(tasks), self._batch_size):
-        chunk = tasks[start : start + self._batch_size]
+      rollouts = []
+      if self._slots:
         policy = agent_loop.SamplerPolicy(
           sampler, {"params": params}, self._env.format, self._cache_len
         )
         rollouts.append(
-          agent_loop.collect(
+          continuous.collect(
             self._env,
             policy,
-            chunk,
-            list(range(len(chunk))),
-            keys.eval_sample(rng, k, start),
+            tasks,
+            list(range(len(tasks))),
+            keys.eval_sample(rng, k, 0),
+            slots=min(self._slots, len(tasks)),
           )
         )
-        rejected.append(stage1_rejected(self.anticheat, rollouts[-1].episodes))
+      else:
+        for start in range(0, len(tasks), self._batch_size):
+          chunk = tasks[start : start + self._batch_size]
+          policy = agent_loop.SamplerPolicy(
+            sampler, {"params": params}, self._env.format, self._cache_len
+          )
+          rollouts.append(
+            agent_loop.collect(
+              self._env,
+              policy,
+              chunk,
+              list(range(len(chunk))),
+              keys.eval_sample(rng, k, start),
+            )
+          )
+      rejected = [stage1_rejected(self.anticheat, r.episodes) for r in rollouts]
       scalars = _merge(
         [
           episode_scalars(r, x) for r, x in zip(rollouts, rejected, strict=True)

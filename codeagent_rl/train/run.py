@@ -217,6 +217,7 @@ def train_and_evaluate(
       env,
       task_sets.eval,
       batch_size=exp.ppo.rollouts_per_iteration,
+      slots=exp.ppo.rollout_slots,
     )
     key = _sft_eval_key(exp)
     sft_eval = _saved_sft_eval(paths.eval_sft, key)

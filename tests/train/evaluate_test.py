@@ -14,6 +14,7 @@ from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rollout import agent_loop
+from codeagent_rl.rollout import continuous
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
 from codeagent_rl.status import JobStatus
@@ -94,6 +95,48 @@ def test_sampled_mode_runs_every_task_k_times_with_distinct_samples(
   assert all(
     r * SAMPLES == int(r * SAMPLES) for r in per_task["sampled"]["pass_a"]
   )
+
+
+def test_slot_refill_evaluates_every_episode_once_and_greedy_as_lockstep(
+  monkeypatch,
+):
+  calls = []
+  real = continuous.collect
+
+  def spy(env, policy, tasks, groups, rng, *, slots, stopper=None):
+    calls.append((len(tasks), slots))
+    return real(env, policy, tasks, groups, rng, slots=slots, stopper=stopper)
+
+  monkeypatch.setattr(continuous, "collect", spy)
+  exp = _exp(2)
+  mesh, rules = exp.make_mesh()
+  with sharding.axis_rules(mesh, rules):
+    actor, _ = state_lib.create_train_states(
+      exp.model, exp.optim, mesh, rules, jax.random.key(0)
+    )
+  tasks = data_lib.make_task_sets(exp.data, exp.seed).eval
+  with harness.SandboxPool(SANDBOX) as pool:
+    env = code_env.CodeEnv(pool, exp.conversation, exp.env)
+    lockstep = eval_lib.Evaluator(exp, env, tasks, batch_size=4)
+    refill = eval_lib.Evaluator(exp, env, tasks, batch_size=4, slots=2)
+    a = lockstep(actor.params, jax.random.key(1))
+    b = refill(actor.params, jax.random.key(1))
+    with pytest.raises(ValueError, match="slots"):
+      eval_lib.Evaluator(exp, env, tasks, batch_size=4, slots=-1)
+  assert b["eval/sampled/episodes"] == TASKS * 2
+  assert calls == [(TASKS, 2), (TASKS * 2, 2)]  # greedy, then sampled
+  assert sorted(refill.last_per_task["sampled"]["task_id"]) == sorted(
+    t.task_id for t in tasks
+  )
+  # Greedy draws no keys: the same episodes, whichever loop ran them.
+  greedy_a = [
+    [t.action_text for t in e.turns] for e in lockstep.last_episodes["greedy"]
+  ]
+  greedy_b = [
+    [t.action_text for t in e.turns] for e in refill.last_episodes["greedy"]
+  ]
+  assert greedy_a == greedy_b
+  assert a["eval/greedy/pass_a"] == b["eval/greedy/pass_a"]
 
 
 def _episode(task_id, a_passed, b_passed, b_total=3, outcome=None):
