@@ -137,9 +137,12 @@ def f(x):
   assert result.status == CRASH  # no "done": the forger exited
   assert honest.status == OK, honest
   # Each test's time depends on when the server read its result; together
-  # they are the wall time from the start to the last result.
+  # they are the wall time from the start to the last result. The server's
+  # clock starts a little after the child's first sleep can: a clean-clone
+  # CI run measured 0.398 s for the two 0.2 s sleeps, so the bound keeps a
+  # 20 ms margin (a forged time would be ~0).
   assert all(t.time_s > 0 for t in honest.tests), honest
-  assert sum(t.time_s for t in honest.tests) >= 0.4, honest
+  assert sum(t.time_s for t in honest.tests) >= 0.38, honest
 
 
 def test_per_test_limit_holds_while_the_job_trickles_bytes(pool):
