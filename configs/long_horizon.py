@@ -54,6 +54,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # are plenty for SFT (each has 1-4 demonstrations).
   data.num_train_tasks = 24 if smoke else 400
   data.num_eval_tasks = 8 if smoke else 48
+  # Half the tasks also get a scan (where it fits): the SFT policy then
+  # scans about a quarter of its episodes, the long tail of the horizon.
+  data.probe_scan = 0.5
   if smoke:  # no long scans: they would not fit the smoke budgets
     data.probe_scan = 0.0
   sft = config.sft

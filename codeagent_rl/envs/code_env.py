@@ -508,9 +508,13 @@ class CodeEnv:
     left = self.config.max_wall_s - self._elapsed(state)
     timeout = max(left, 0.01) if left < self.pool.config.timeout_s else None
     task = state.task
-    if probes.spec_of(task) is not None:
-      # Only the helper travels; the host answers what the job prints.
-      return jobs.Job.program(probes.HELPER + code, [""], timeout_s=timeout)
+    spec = probes.spec_of(task)
+    if spec is not None:
+      # Only the helper (and the public range) travels; the host answers
+      # what the job prints.
+      asked = [t.probe for t in state.turns if t.probe is not None]
+      prelude = probes.helper(spec, asked)
+      return jobs.Job.program(prelude + code, [""], timeout_s=timeout)
     if not task.visible_tests:
       return jobs.Job.program(code, [""], timeout_s=timeout)
     return judge.tests_job(task, task.visible_tests, code, timeout)

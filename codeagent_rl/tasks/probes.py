@@ -4,16 +4,21 @@ r"""Interactive tasks whose information arrives only through probes.
       --seed=0 --out=/tmp/train.jsonl --demos_out=/tmp/train_demos.jsonl
 
 Family "secret": a secret integer s lies in a range lo..hi that the prompt
-gives. Inside a `<run>` the program may call `probe(x)` (a helper the job
-defines before the policy's code); the helper only prints `probe(x)`, and
-the environment, on the host, answers the first query a run printed:
+gives. Inside a `<run>` the program may call `probe(x)` and read `lo, hi`,
+the range still possible after the answers so far (`helper`: code the job
+runs before the policy's); the helper only prints `probe(x)`, and the
+environment, on the host, answers the first query a run printed:
 "higher" (s > x), "lower" (s < x) or "found", with the range still possible
 (`envs.code_env`). One query is answered per run, so each piece of
-information costs a turn. The submission is `compare(x)`, returning -1, 0
-or 1 as x is below, at or above s, judged on suites A and B like any
-function task. The secret lives in the task's `metadata["probe"]` and its
-tests' expected values, both on the host only: no job ever holds it, so a
-program can only learn it by asking.
+information costs a turn. The range is public (the prompt and the answers
+state it); handing it to the job lets a byte-level model bisect
+(`probe((lo+hi)//2)`) or scan (`probe(lo)`) without copying numbers, so
+what it must learn is the strategy, and the secret's digits only once, from
+the answer `found, s = 66` into its submission. The submission is
+`compare(x)`, returning -1, 0 or 1 as x is below, at or above s, judged on
+suites A and B like any function task. The secret lives in the task's
+`metadata["probe"]` and its tests' expected values, both on the host only:
+no job ever holds it, so a program can only learn it by asking.
 
 How many turns a task needs depends on its range (bisection takes about
 log2(hi - lo + 1) probes, a scan up to hi - lo + 1) and the range sizes are
@@ -24,7 +29,9 @@ Demonstration plans (`synthetic.DemoPlan`, kinds `PROBE_DEMO_KINDS`):
 `bisect` (probe midpoints, submit the secret), `scan` (probe lo, lo + 1,
 ... until found; a long success, only where it fits `MAX_SCAN_PROBES`),
 `give_up` (one or two probes, then submit the middle of what is left: an
-early give-up, usually wrong) and `off_by_one` (bisect, then submit s + 1).
+early give-up, usually wrong) and `off_by_one` (bisect, then submit
+`s = <secret> + 1`). Bisection probes until found, also when one value is
+left, so that every success copies the secret from a `found, s = ...`.
 Task i depends only on the seed, split and the tasks before it.
 """
 
@@ -54,7 +61,8 @@ NUM_HIDDEN = 8
 NUM_HELDOUT = 20
 PROBE_DEMO_KINDS = synthetic.PROBE_DEMO_KINDS
 CORRECT_KINDS = ("bisect", "scan")
-# Defined in front of the policy's code in every `<run>` of a probe task.
+# Defined in front of the policy's code in every `<run>` of a probe task,
+# after the range (`helper`).
 HELPER = (
   "def probe(x):\n"
   "    if type(x) is not int:\n"
@@ -118,9 +126,19 @@ def answer_line(spec: Spec, asked: Sequence[int], x: int) -> str:
   """The observation's line for query x after `asked` (x not among them)."""
   verdict = answer(spec, x)
   if verdict == FOUND:
-    return f"probe({x}): found"
+    return f"probe({x}): found, s = {x}"
   lo, hi = interval(spec, [*asked, x])
   return f"probe({x}): {verdict}, in {lo}..{hi}"
+
+
+def helper(spec: Spec, asked: Sequence[int]) -> str:
+  """The code a run executes before the policy's: `lo, hi` and `probe`.
+
+  `lo, hi` is the range still possible after the answered queries `asked`
+  (public: the prompt and the observations already said it).
+  """
+  lo, hi = interval(spec, asked)
+  return f"lo, hi = {lo}, {hi}\n" + HELPER
 
 
 # Horizon buckets of `horizon_bucket`, shortest first: the size tiers.
@@ -143,16 +161,17 @@ def horizon_bucket(task: schema.Task) -> str | None:
   return HORIZON_BUCKETS[-1]
 
 
-def reference_solution(secret: int) -> str:
-  """`compare(x)` for `secret` (the reference, never shown)."""
-  return f"def compare(x):\n    return (x > {secret}) - (x < {secret})\n"
+def reference_solution(secret: int | str) -> str:
+  """`compare(x)` for `secret` (an int, or an expression of one)."""
+  return f"def compare(x):\n    s = {secret}\n    return (x > s) - (x < s)\n"
 
 
 def prompt(lo: int, hi: int) -> str:
   """The task statement (the secret is not in it)."""
   return (
-    f"A secret integer s is in {lo}..{hi}. In a run, probe(x) tells if s is"
-    " higher or lower than x, or found (one probe a run).\n"
+    f"A secret integer s is in {lo}..{hi}. In a run, lo, hi is the range"
+    " still possible and probe(x) tells if s is higher or lower than x, or"
+    " found (one probe a run).\n"
     "Write compare(x: int) -> int: -1 if x < s, 0 if x == s, 1 if x > s."
   )
 
@@ -278,10 +297,8 @@ def _bisect(spec: Spec, asked: list[int], limit: int | None = None) -> list:
   actions = []
   while limit is None or len(actions) < limit:
     lo, hi = interval(spec, asked)
-    if lo == hi:
-      break
     asked.append((lo + hi) // 2)
-    actions.append(_probe_action(f"({lo}+{hi})//2"))
+    actions.append(_probe_action("(lo+hi)//2"))
     if asked[-1] == spec.secret:
       break
   return actions
@@ -297,7 +314,7 @@ def _plans(task: schema.Task, config: ProbeConfig, rng) -> list:
   actions["bisect"] = [*_bisect(spec, []), right]
   if spec.secret - spec.lo + 1 <= MAX_SCAN_PROBES:
     actions["scan"] = [
-      *(_probe_action(x) for x in range(spec.lo, spec.secret + 1)),
+      *(_probe_action("lo") for _ in range(spec.lo, spec.secret + 1)),
       right,
     ]
   asked = []
@@ -307,7 +324,7 @@ def _plans(task: schema.Task, config: ProbeConfig, rng) -> list:
   actions["give_up"] = [*probes, ("submit", reference_solution(guess))]
   actions["off_by_one"] = [
     *_bisect(spec, []),
-    ("submit", reference_solution(spec.secret + 1)),
+    ("submit", reference_solution(f"{spec.secret} + 1")),
   ]
   return [
     synthetic.DemoPlan(task.task_id, kind, tuple(actions[kind]))

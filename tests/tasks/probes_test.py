@@ -85,7 +85,7 @@ def test_answers_narrow_the_range():
   spec = probes.Spec("secret", 10, 20, 14)
   assert probes.answer_line(spec, [], 12) == "probe(12): higher, in 13..20"
   assert probes.answer_line(spec, [12], 17) == "probe(17): lower, in 13..16"
-  assert probes.answer_line(spec, [12, 17], 14) == "probe(14): found"
+  assert probes.answer_line(spec, [12, 17], 14) == "probe(14): found, s = 14"
   assert probes.interval(spec, [12, 17, 14]) == (14, 14)
   assert probes.interval(spec, [100, -5]) == (10, 20)
 
@@ -133,16 +133,32 @@ def test_plans_play_out_as_designed(env, generated):
     solved = plan.kind in probes.CORRECT_KINDS
     assert (episode.outcome.suite_a == 1.0) == solved, plan.kind
     if plan.kind in ("bisect", "scan", "off_by_one"):
-      # Found, or narrowed to the one value left.
+      # Probed until found: the submission copies the secret from there.
       asked = [t.probe for t in runs]
-      assert probes.interval(spec, asked) == (spec.secret, spec.secret)
-      last = runs[-1].observation.body
+      assert asked[-1] == spec.secret
       s = spec.secret
-      assert last in (f"probe({s}): found\n",) or last.endswith(
-        f"in {s}..{s}\n"
-      )
+      assert runs[-1].observation.body == f"probe({s}): found, s = {s}\n"
+      assert f"s = {s}" in episode.turns[-1].action_text
     for turn in runs:
       assert str(turn.probe) in turn.observation.body
+
+
+def test_runs_see_the_range_the_answers_left(env, generated):
+  task = generated[0][0]
+  spec = probes.spec_of(task)
+  state = env.reset(task)
+  seen = []
+  for _ in range(3):
+    state, step = env.step(state, "<run>print(lo, hi)\nprobe(lo)</run>")
+    seen.append(step.result.tests[0].stdout.splitlines()[0])
+    if state.turns[-1].probe == spec.secret:
+      break
+  asked = [t.probe for t in state.turns]
+  expected = [
+    "{} {}".format(*probes.interval(spec, asked[:k])) for k in range(len(seen))
+  ]
+  assert seen == expected
+  assert asked == list(range(spec.lo, spec.lo + len(asked)))
 
 
 def test_one_probe_is_answered_a_run(env, generated):
