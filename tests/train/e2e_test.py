@@ -50,6 +50,10 @@ from configs import tiny
 from tests.helpers import processes
 from tests.helpers import sandboxes
 
+# The module's runs (~6 minutes) are a module fixture, made once per xdist
+# worker: on one worker (`--dist loadgroup`, pyproject.toml) they run once.
+pytestmark = pytest.mark.xdist_group("e2e_runs")
+
 SANDBOX = sandboxes.short_config("process", 2)
 GVISOR = sandboxes.short_config("gvisor", 2, **sandboxes.SMALL_DISK)
 ITERATIONS = 4  # ppo.iterations of the test config
