@@ -282,6 +282,17 @@ class Experiment:
         f"config.model.vocab_size={self.model.vocab_size}: the tokenizer"
         f" has {vocab} ids."
       )
+    cut = self.rl.adaptive_truncation
+    first_cut = max(cut.k, cut.min_turns)
+    if cut.enabled and first_cut >= self.env.max_turns:
+      # The cut is decided after a turn, before the next: after max_turns
+      # the episode has ended on its own.
+      raise ValueError(
+        f"config.rl.adaptive_truncation: k={cut.k} and min_turns="
+        f"{cut.min_turns} leave no turn to cut before config.env.max_turns="
+        f"{self.env.max_turns} ends the episode; lower them below"
+        " max_turns, or raise max_turns."
+      )
     data = self.data
     if data.train_tasks is not None and data.demonstrations is None:
       if self.sft.steps:

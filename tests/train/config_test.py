@@ -113,6 +113,21 @@ def test_eval_needs_a_mode():
   assert exp.eval.modes == ("sampled",)
 
 
+def test_truncation_that_could_never_cut_is_refused():
+  config = _smoke()
+  config.rl.adaptive_truncation.enabled = True
+  config.env.max_turns = 3
+  config.rl.adaptive_truncation.k = 2
+  config.rl.adaptive_truncation.min_turns = 3
+  with pytest.raises(ValueError, match=r"min_turns=3 leave no turn to cut"):
+    experiment.Experiment.from_config(config)
+  config.rl.adaptive_truncation.min_turns = 2  # cut after turn 2 of 3
+  assert experiment.Experiment.from_config(config).rl.adaptive_truncation.k == 2
+  config.rl.adaptive_truncation.enabled = False  # off: nothing to check
+  config.rl.adaptive_truncation.k = 9
+  experiment.Experiment.from_config(config)
+
+
 def test_unknown_and_missing_sections_are_named():
   values = _smoke().to_dict()
   values["ppo_extra"] = {"epochs": 1}
