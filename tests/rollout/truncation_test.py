@@ -458,6 +458,7 @@ def test_enabled_needs_a_critic(algo):
     experiment.Experiment.from_config(config)
   config = tiny.get_config("smoke")
   config.rl.adaptive_truncation.enabled = True
+  config.env.max_turns = 8  # room to cut after k = min_turns = 3 turns
   exp = experiment.Experiment.from_config(config)
   assert dataclasses.asdict(exp.rl.adaptive_truncation)["enabled"] is True
 
