@@ -4,6 +4,11 @@ Run from the repository root:
 
   PYTHONPATH=. python benchmarks/rollout_refill_bench.py
   PYTHONPATH=. python benchmarks/rollout_refill_bench.py --quick  # smoke run
+  # long_horizon's budgets; the KV cache by them, then as sized by turns:
+  PYTHONPATH=. python benchmarks/rollout_refill_bench.py --slots=8 \
+    --max_turns=64 --max_total_tokens=3072
+  PYTHONPATH=. python benchmarks/rollout_refill_bench.py --slots=8 \
+    --max_turns=64 --max_total_tokens=3072 --cache_len=15648
 
 The same `--episodes` tasks are rolled out by `agent_loop.collect` (one row
 per episode, all in lockstep) and by `continuous.collect` with each of
@@ -20,6 +25,9 @@ environment gets the scripted action: `<run>` of a correct solution with
 a comment of random length until the last turn, then `<submit>`. The
 sandbox is the `process` backend. Since actions are scripted, both modes
 must produce the same trajectory batch (checked: `same_trajectories`).
+With `--max_total_tokens` the token budget cuts the longest episodes (as
+in configs/long_horizon.py); the KV cache has `agent_loop.cache_len_for`
+slots a row, or `--cache_len`.
 
 Each variant first runs once on 2-turn episodes (untimed: compiles its
 shapes), then once timed. Columns:
@@ -83,6 +91,14 @@ def define_flags() -> None:
   flags.DEFINE_integer("max_turns", 50, "Longest episode (and env budget).")
   flags.DEFINE_float("tail_share", 0.2, "Share of episodes in the long tail.")
   flags.DEFINE_integer("tokens_per_turn", 80, "env.max_tokens_per_turn.")
+  flags.DEFINE_integer(
+    "max_total_tokens",
+    0,
+    "env.max_total_tokens; 0: room for every turn (no token budget cuts).",
+  )
+  flags.DEFINE_integer(
+    "cache_len", 0, "KV-cache slots a row; 0: agent_loop.cache_len_for."
+  )
   flags.DEFINE_integer("pool_size", 2, "Sandbox workers.")
   flags.DEFINE_integer("seed", 0, "Seed of weights, lengths and actions.")
 
@@ -273,11 +289,15 @@ def main(argv):
     pad_id=TOK.pad_id,
   )
   obs_max_bytes = 128
+  # By default room for every turn's action and observation: no token
+  # budget cuts.
+  max_total_tokens = f.max_total_tokens or 256 + max_turns * (
+    tokens_per_turn + obs_max_bytes + 64
+  )
   env_cfg = code_env.EnvConfig(
     max_turns=max_turns,
     max_tokens_per_turn=tokens_per_turn,
-    # Room for every turn's action and observation: no token budget cuts.
-    max_total_tokens=256 + max_turns * (tokens_per_turn + obs_max_bytes + 64),
+    max_total_tokens=max_total_tokens,
     max_wall_s=3600.0,
     obs_max_bytes=obs_max_bytes,
     render_check="off",
@@ -293,7 +313,9 @@ def main(argv):
     scripts = make_scripts(turns, fmt, tokens_per_turn, rng)
     warm = make_scripts([2] * episodes, fmt, tokens_per_turn, rng)
     prompt_len = max(len(env.reset(t).prompt_ids) for t in tasks)
-    cache_len = agent_loop.cache_len_for(env_cfg, prompt_len, fmt)
+    cache_len = f.cache_len or agent_loop.cache_len_for(
+      env_cfg, prompt_len, fmt
+    )
     key = jax.random.PRNGKey(f.seed)
 
     def runner(slots, episode_scripts):
@@ -372,6 +394,7 @@ def main(argv):
             "max_turns": max_turns,
             "tail_share": f.tail_share,
             "tokens_per_turn": tokens_per_turn,
+            "max_total_tokens": max_total_tokens,
             "pool_size": f.pool_size,
             "seed": f.seed,
             "quick": quick,

@@ -247,17 +247,39 @@ def cache_len_for(
 ) -> int:
   """KV-cache slots that the longest possible rollout fits in.
 
-  Each turn uses at most `max_tokens_per_turn` slots for the action and, for
-  the observation chunk, `obs_max_bytes` (a token is at least one byte)
-  plus what the format writes around an empty observation after a turn cut
-  by the budget (the most it adds), rounded up to the prefill bucket like
-  the prompt.
+  The smaller of two bounds, for `SamplerPolicy` in `collect` and in
+  `continuous.collect`:
+
+  - Turns: the prompt's chunk plus `max_turns` turns, each at most
+    `max_tokens_per_turn` slots for the action and an observation chunk of
+    `obs_max_bytes` (a token is at least one byte) plus what the format
+    writes around an empty observation after a turn cut by the budget (the
+    most it adds), rounded up to the prefill bucket like the prompt.
+  - The episode budget: a row never holds more than `max_total_tokens`
+    tokens (prompt included; the observation that ends an episode is not
+    fed), and `SamplerPolicy` compacts the cache when a call would not
+    fit, which leaves each row only its own tokens; one call then writes at
+    most an action or an observation chunk. The bound is the budget plus
+    one action and one observation chunk, bucketed: after a compaction a
+    whole turn (its action, then its observation) fits before the next
+    one is needed.
+
+  Args:
+    env_config: the environment's budgets.
+    max_prompt_tokens: tokens of the longest prompt.
+    fmt: the conversation format (its observation chunks).
+
+  Returns:
+    Slots per row.
   """
   around = len(fmt.observation_ids("", action_ended=False))
-  per_turn = env_config.max_tokens_per_turn + _bucket(
-    env_config.obs_max_bytes + around
+  obs_chunk = _bucket(env_config.obs_max_bytes + around)
+  per_turn = env_config.max_tokens_per_turn + obs_chunk
+  by_turns = _bucket(max_prompt_tokens) + env_config.max_turns * per_turn
+  by_budget = _bucket(
+    max(env_config.max_total_tokens, max_prompt_tokens) + per_turn
   )
-  return _bucket(max_prompt_tokens) + env_config.max_turns * per_turn
+  return min(by_turns, by_budget)
 
 
 @dataclasses.dataclass

@@ -36,6 +36,44 @@ class LogProbRecorder:
     return out
 
 
+class EpisodeLogProbs:
+  """Keeps each episode's sampled log-probs, whichever row it ran in.
+
+  For `agent_loop.collect` and `continuous.collect`; an episode is known by
+  its prompt, so the tasks' prompts must differ.
+  """
+
+  def __init__(self, inner, env, tasks):
+    self.inner = inner
+    self.by_prompt = {
+      tuple(env.reset(t).prompt_ids): i for i, t in enumerate(tasks)
+    }
+    self.log_probs = [[] for _ in tasks]
+    self.episode = []
+
+  def begin(self, prompts):
+    self.episode = [self.by_prompt[tuple(p)] for p in prompts]
+    self.inner.begin(prompts)
+
+  def restart(self, rows, prompts):
+    for row, prompt in zip(rows, prompts, strict=True):
+      self.episode[row] = self.by_prompt[tuple(prompt)] if prompt else None
+    self.inner.restart(rows, prompts)
+
+  def generate(self, budgets, rng):
+    out = self.inner.generate(budgets, rng)
+    for e, (_, logp) in zip(self.episode, out, strict=True):
+      if e is not None:
+        self.log_probs[e].extend(logp)
+    return out
+
+  def observe(self, observations):
+    self.inner.observe(observations)
+
+  def end(self):
+    self.inner.end()
+
+
 def ragged_rollout(batch: int, length: int, prompt: int, *, seed: int = 0):
   """A hand-made `TrajectoryBatch` of right-padded rows of ragged lengths.
 

@@ -18,6 +18,7 @@ from codeagent_rl.rollout import agent_loop
 from codeagent_rl.rollout import continuous
 from codeagent_rl.tasks import schema
 from tests.helpers import models
+from tests.helpers import policies
 
 TOK = tokenizer_lib.ByteTokenizer()
 ENV = code_env.EnvConfig(
@@ -432,7 +433,7 @@ def test_sampler_policy_refills_rows_and_matches_a_full_forward(env):
   sampler.compact = lambda state: compactions.append(1) or compact(state)
   tasks = [_task(i) for i in range(20)]
   prompt_len = max(len(small_env.reset(t).prompt_ids) for t in tasks)
-  policy = EpisodeLogProbs(
+  policy = policies.EpisodeLogProbs(
     agent_loop.SamplerPolicy(
       sampler,
       params,
@@ -467,37 +468,3 @@ def test_sampler_policy_refills_rows_and_matches_a_full_forward(env):
   np.testing.assert_allclose(
     taken[trainable[:, 1:]], sampled[:, 1:][trainable[:, 1:]], atol=2e-4
   )
-
-
-class EpisodeLogProbs:
-  """Keeps each episode's sampled log-probs, whichever row it ran in."""
-
-  def __init__(self, inner, env, tasks):
-    self.inner = inner
-    self.by_prompt = {
-      tuple(env.reset(t).prompt_ids): i for i, t in enumerate(tasks)
-    }
-    self.log_probs = [[] for _ in tasks]
-    self.episode = []
-
-  def begin(self, prompts):
-    self.episode = [self.by_prompt[tuple(p)] for p in prompts]
-    self.inner.begin(prompts)
-
-  def restart(self, rows, prompts):
-    for row, prompt in zip(rows, prompts, strict=True):
-      self.episode[row] = self.by_prompt[tuple(prompt)] if prompt else None
-    self.inner.restart(rows, prompts)
-
-  def generate(self, budgets, rng):
-    out = self.inner.generate(budgets, rng)
-    for e, (_, logp) in zip(self.episode, out, strict=True):
-      if e is not None:
-        self.log_probs[e].extend(logp)
-    return out
-
-  def observe(self, observations):
-    self.inner.observe(observations)
-
-  def end(self):
-    self.inner.end()
