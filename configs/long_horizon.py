@@ -62,13 +62,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   sft = config.sft
   # Demonstrations are 300-3000 tokens, most under 500.
   sft.length_bucket = 256
-  # The loss falls from 4.4 to 0.55 in 100 steps (token accuracy 0.83)
-  # and 0.45 at 150 (seed 0); steps of long scans cost ~10x short ones,
-  # so 400 steps are most of a comparison's time.
-  sft.steps = 10 if smoke else 400
+  # Seed 0: loss 2.19 at 50 steps, 0.19 at 100, 0.063 at 250, 0.031 at
+  # 500 (token accuracy 0.99). Bisecting and scanning are learnt by 100
+  # steps; copying the secret into the submission comes last: held-out
+  # greedy pass@1 0.04 at 250 steps, 0.75 at 500 (sampled 0.01, 0.25).
+  sft.steps = 10 if smoke else 500
   sft.batch_size = 4 if smoke else 8
   ppo = config.ppo
-  ppo.iterations = 2 if smoke else 8
+  ppo.iterations = 2 if smoke else 6
   ppo.prompts_per_iteration = 2 if smoke else 4
   # Long rows: a sample of 4 per prompt, as the group of GRPO / RLOO.
   ppo.samples_per_prompt = 4
