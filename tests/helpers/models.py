@@ -31,3 +31,31 @@ def transformer_config(
   return tf.TransformerConfig(
     **{**_TINY, "vocab_size": vocab_size, "init_std": init_std, **fields}
   )
+
+
+def random_actor(vocab_size: int):
+  """(config, actor, params): a one-layer random actor for rollout tests.
+
+  Imports jax lazily, so importing this module stays free of side effects.
+  """
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  cfg = transformer_config(
+    vocab_size=vocab_size,
+    init_std=0.02,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    mlp_dim=64,
+  )
+  actor = tf.Actor(cfg)
+  valid = jnp.ones((1, 4), bool)
+  params = jax.jit(actor.init)(
+    jax.random.PRNGKey(0),
+    jnp.zeros((1, 4), jnp.int32),
+    tf.positions_from_valid(valid),
+    valid,
+  )
+  return cfg, actor, params

@@ -12,7 +12,6 @@ import dataclasses
 import types
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -20,7 +19,6 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.models import chat
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import tokenizer as tokenizer_lib
-from codeagent_rl.models import transformer
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.rollout import continuous
 from configs import long_horizon
@@ -71,23 +69,7 @@ def _one_call(env_config, fmt):
 def rollouts(module_pool):
   """{(loop, "budget" | "turns"): (rollout, log-probs, compactions)}."""
   env = code_env.CodeEnv(module_pool, TOK, ENV)
-  cfg = models.transformer_config(
-    vocab_size=TOK.vocab_size,
-    init_std=0.02,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=1,
-    head_dim=16,
-    mlp_dim=64,
-  )
-  actor = transformer.Actor(cfg)
-  valid = jnp.ones((1, 4), bool)
-  params = jax.jit(actor.init)(
-    jax.random.PRNGKey(0),
-    jnp.zeros((1, 4), jnp.int32),
-    transformer.positions_from_valid(valid),
-    valid,
-  )
+  cfg, actor, params = models.random_actor(TOK.vocab_size)
   sampler = sampler_lib.Sampler(
     actor,
     cfg,

@@ -392,23 +392,7 @@ def test_per_row_keys_make_a_row_independent_of_its_batch(params):
 
 
 def test_sampler_policy_refills_rows_and_matches_a_full_forward(env):
-  cfg = models.transformer_config(
-    vocab_size=TOK.vocab_size,
-    init_std=0.02,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=1,
-    head_dim=16,
-    mlp_dim=64,
-  )
-  actor = transformer.Actor(cfg)
-  valid = jnp.ones((1, 4), bool)
-  params = jax.jit(actor.init)(
-    jax.random.PRNGKey(0),
-    jnp.zeros((1, 4), jnp.int32),
-    transformer.positions_from_valid(valid),
-    valid,
-  )
+  cfg, actor, params = models.random_actor(TOK.vocab_size)
   # A random model's turn runs to its budget unparsed, which ends the
   # episode: one turn each. 20 episodes in 2 rows fill the write index
   # (12 slots a turn) past a cache sized for one episode.
