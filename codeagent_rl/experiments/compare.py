@@ -56,6 +56,8 @@ ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo")
 _SHARED = (workdir_lib.SFT_DIR, workdir_lib.SFT_DATA, workdir_lib.EVAL_SFT)
 # Held-out evaluation mode of the table (the training rollouts sample too).
 MODES = ("sampled", "greedy")
+# Each run's wall seconds over every compare call that worked on it.
+RUN_SECONDS = "compare_seconds.json"
 _UNBUCKETED = "all"
 
 
@@ -132,6 +134,23 @@ def _share_compilations(root: pathlib.Path) -> None:
     return
   jax.config.update("jax_compilation_cache_dir", str(root / "jax_cache"))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def add_run_seconds(target: pathlib.Path, seconds: float) -> float:
+  """Adds one call's wall seconds to the run's total in `target`; the total.
+
+  A resumed comparison times only what it still had to do; the total kept
+  beside the run counts every call that worked on it.
+  """
+  path = target / RUN_SECONDS
+  total = 0.0
+  try:
+    total = float(json.loads(path.read_text())["seconds"])
+  except (OSError, ValueError, KeyError, TypeError):
+    pass  # first call, or an unreadable file: start from this call
+  total += seconds
+  path.write_text(json.dumps({"seconds": round(total, 1)}) + "\n")
+  return total
 
 
 def _read_jsonl(path: pathlib.Path) -> list[dict]:
@@ -399,7 +418,9 @@ def compare(
       start = time.perf_counter()
       console(f"compare: {est}, seed {seed} -> {target}")
       run.run_job(job, target, sandbox_from_limits(job.exp.sandbox))
-      seconds[f"{est}/seed{seed}"] = time.perf_counter() - start
+      seconds[f"{est}/seed{seed}"] = add_run_seconds(
+        target, time.perf_counter() - start
+      )
       runs[(est, seed)] = read_run(target)
       first = first or target
   result = {"estimators": list(estimators), "seeds": list(seeds)}

@@ -91,6 +91,17 @@ def test_bad_estimator_is_refused_before_anything_runs(tmp_path):
   assert not any(tmp_path.iterdir())
 
 
+def test_run_seconds_add_up_over_resumed_calls(tmp_path):
+  assert compare.add_run_seconds(tmp_path, 10.0) == 10.0
+  assert compare.add_run_seconds(tmp_path, 2.5) == 12.5
+  saved = json.loads((tmp_path / compare.RUN_SECONDS).read_text())
+  assert saved == {"seconds": 12.5}
+  # A damaged total starts over from this call instead of failing a run
+  # that has already finished.
+  (tmp_path / compare.RUN_SECONDS).write_text("{not json")
+  assert compare.add_run_seconds(tmp_path, 1.0) == 1.0
+
+
 def test_smoke_comparison_writes_table_and_plots(tmp_path):
   # One device, as a user runs it (the tests' 8 fake devices would need
   # batches divisible by 8).
@@ -134,6 +145,12 @@ def test_smoke_comparison_writes_table_and_plots(tmp_path):
   assert gae["iterations"] == grpo["iterations"] == 1
   assert gae["episodes"] == grpo["episodes"] == 8
   assert "turns_p95" in gae["sft_policy_horizon"]
+  for name in ("gae/seed0", "grpo/seed0"):
+    est = name.split("/")[0]
+    kept = json.loads(
+      (tmp_path / "seed0" / est / compare.RUN_SECONDS).read_text()
+    )
+    assert kept["seconds"] == round(saved["seconds"][name], 1) > 0
   text = (tmp_path / "compare.txt").read_text()
   assert text.startswith("held-out pass@1") and text in proc.stdout
   runs = tmp_path / "seed0"
