@@ -70,6 +70,11 @@ EXTRAS_REQUIRE = {
   ],
   # Sweep launchers (filled when launch/ gets executors).
   "launch": [],
+  # The sandbox fleet on Ray (--sandbox_backend=ray). Exact: the version
+  # measured here (Python 3.11, CPU); the core package only, no dashboard.
+  "ray": [
+    "ray==2.60.0",
+  ],
 }
 
 setuptools.setup(

@@ -302,7 +302,7 @@ def grade_samples(
   """
   judge_config = judge_config or judge.JudgeConfig()
   if in_flight is None:
-    in_flight = 4 * pool.config.pool_size
+    in_flight = 4 * pool.parallelism
   queue = collections.deque()
   lines = []
   todo = iter(samples)
@@ -509,7 +509,7 @@ def _grade_one_solution() -> None:
     )
   config = _sandbox_config(pool_size=1)
   try:
-    pool = harness.SandboxPool(config)
+    pool = harness.open_pool(config)
   except gvisor.SetupError as e:
     sys.exit(str(e))
   with pool:
@@ -555,7 +555,7 @@ def main(argv: list[str]) -> None:
   except OSError as e:
     sys.exit(f"--out: {e}")
   try:
-    pool = harness.SandboxPool(config)
+    pool = harness.open_pool(config)
   except gvisor.SetupError as e:
     out.close()
     sys.exit(str(e))

@@ -19,6 +19,22 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+  """A local Ray cluster with sandbox resources, once per test process.
+
+  Ray takes ~7 s to start (scale_out notes), so tests share one; modules
+  that use it sit in the xdist group "ray", so that one worker starts it
+  (attack tests parametrised over the backend start one in each worker).
+  """
+  import ray  # noqa: PLC0415 (the ray extra; only these tests need it)
+
+  if not ray.is_initialized():
+    ray.init(**sandboxes.RAY_TEST_CLUSTER)
+  yield ray
+  ray.shutdown()
+
+
 @pytest.fixture(scope="module")
 def module_pool():
   """A process-backend pool of two workers with the short limits, per module."""

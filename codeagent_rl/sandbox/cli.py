@@ -83,7 +83,7 @@ def main(argv: list[str]) -> None:
   except ValueError as e:
     sys.exit(str(e))
   try:
-    pool = harness.SandboxPool(config)
+    pool = harness.open_pool(config)
   except gvisor.SetupError as e:
     sys.exit(str(e))
   with pool:

@@ -21,7 +21,9 @@ import os
 
 from codeagent_rl import config_utils
 
-BACKENDS = ("gvisor", "process")
+BACKENDS = ("gvisor", "process", "ray")
+# What a Ray sandbox actor runs its jobs in (`ray_backend`).
+ISOLATION_BACKENDS = ("gvisor", "process")
 PLATFORMS = ("ptrace", "kvm", "systrap")
 # The command-line flag of each machine setting (error messages name it).
 FLAG_NAMES = {
@@ -31,6 +33,11 @@ FLAG_NAMES = {
   "runsc_path": "runsc_path",
   "runsc_platform": "runsc_platform",
   "python": "sandbox_python",
+  "ray_address": "ray_address",
+  "ray_resource": "sandbox_ray_resource",
+  "ray_actors": "sandbox_ray_actors",
+  "ray_in_flight": "sandbox_ray_in_flight",
+  "ray_backend": "sandbox_ray_backend",
 }
 # The limits of a job: an experiment's `config.sandbox` (`SandboxLimits`).
 LIMIT_FIELDS = (
@@ -68,10 +75,13 @@ class SandboxConfig:
   """How jobs are isolated and limited.
 
   Attributes:
-    backend: "gvisor" (a warm `runsc` sandbox per worker) or "process" (the
+    backend: "gvisor" (a warm `runsc` sandbox per worker), "process" (the
       same forkserver as a plain subprocess with rlimits: no isolation of
-      the file system or network; for machines without gVisor).
-    pool_size: warm sandboxes (workers) in a `SandboxPool`.
+      the file system or network; for machines without gVisor) or "ray"
+      (`fleet.RayFleet`: Ray actors on sandbox nodes, each with a local
+      pool of `ray_backend` sandboxes).
+    pool_size: warm sandboxes (workers) in a `SandboxPool`; with backend
+      "ray", in each actor.
     timeout_s: wall-clock limit of one job (all its tests).
     test_timeout_s: wall-clock limit of one test (one call, or one run of a
       stdio program); the job's `timeout_s` still bounds the sum.
@@ -94,6 +104,16 @@ class SandboxConfig:
     scratch_mb: size of the sandbox's tmpfs that holds the job's scratch
       directory.
     startup_timeout_s: how long a sandbox may take to start and say ready.
+    ray_address: the Ray cluster of backend "ray": "local" starts one in
+      this process (its nodes offer `ray_actors` units of `ray_resource`),
+      "auto" or "HOST:PORT" joins a running one. Ignored when Ray is
+      already initialised in the process.
+    ray_resource: the custom Ray resource that marks sandbox nodes; each
+      actor takes one unit ("" places actors anywhere).
+    ray_actors: sandbox actors of backend "ray".
+    ray_in_flight: jobs sent to one actor at once; past it, `submit` blocks
+      until a job finishes (back-pressure, no unbounded queue).
+    ray_backend: what each actor runs its jobs in: "gvisor" or "process".
   """
 
   backend: str = "gvisor"
@@ -111,6 +131,11 @@ class SandboxConfig:
   max_open_files: int = 64
   scratch_mb: int = 64
   startup_timeout_s: float = 30.0
+  ray_address: str = "local"
+  ray_resource: str = "sandbox"
+  ray_actors: int = 2
+  ray_in_flight: int = 4
+  ray_backend: str = "gvisor"
 
   def __post_init__(self):
     def bad(field: str, why: str) -> ValueError:
@@ -119,6 +144,10 @@ class SandboxConfig:
 
     if self.backend not in BACKENDS:
       raise bad("backend", f"expected one of {BACKENDS}.")
+    if self.ray_backend not in ISOLATION_BACKENDS:
+      raise bad("ray_backend", f"expected one of {ISOLATION_BACKENDS}.")
+    if not self.ray_address:
+      raise bad("ray_address", 'expected "local", "auto" or HOST:PORT.')
     if self.runsc_platform not in PLATFORMS:
       raise bad("runsc_platform", f"expected one of {PLATFORMS}.")
     for field in (
@@ -127,6 +156,8 @@ class SandboxConfig:
       "max_processes",
       "max_file_mb",
       "scratch_mb",
+      "ray_actors",
+      "ray_in_flight",
     ):
       value = getattr(self, field)
       if type(value) is not int or value < 1:

@@ -2,8 +2,11 @@
 
   harness.define_flags()                        # in a CLI's define_flags
   config = harness.config_from_flags()          # or SandboxConfig(...)
-  with harness.SandboxPool(config) as pool:
+  with harness.open_pool(config) as pool:
     result = pool.submit(jobs.Job.function(code, "f", inputs)).result()
+
+`open_pool` gives a local `SandboxPool`, or for backend "ray" a
+`fleet.RayFleet` with the same interface.
 
 Each worker thread owns one sandbox (a `GuestProcess` from the gVisor or
 process launcher) and runs one job at a time on it. A sandbox is replaced
@@ -47,9 +50,16 @@ _MACHINE_FLAGS = (
     config_lib.BACKENDS,
     "gvisor: each worker owns a warm gVisor (runsc) sandbox. process: plain"
     " subprocesses with rlimits only, for machines without gVisor (no"
-    " isolation of files, network or processes; prints a warning).",
+    " isolation of files, network or processes; prints a warning). ray:"
+    " Ray actors on sandbox nodes, each with a pool of --sandbox_ray_backend"
+    " sandboxes (pip install -e '.[ray]').",
   ),
-  ("pool_size", "sandbox_pool_size", int, "Warm sandboxes (parallel jobs)."),
+  (
+    "pool_size",
+    "sandbox_pool_size",
+    int,
+    "Warm sandboxes (parallel jobs); with --sandbox_backend=ray, per actor.",
+  ),
   (
     "recycle_after",
     "sandbox_recycle_after",
@@ -68,6 +78,33 @@ _MACHINE_FLAGS = (
     "sandbox_python",
     str,
     "Interpreter bound into the sandbox (and run by the process backend).",
+  ),
+  (
+    "ray_address",
+    "ray_address",
+    str,
+    "--sandbox_backend=ray: 'local' starts a Ray cluster in this process;"
+    " 'auto' or HOST:PORT joins a running one.",
+  ),
+  (
+    "ray_resource",
+    "sandbox_ray_resource",
+    str,
+    "Custom Ray resource of the sandbox nodes; each actor takes one unit"
+    " ('' places actors on any node).",
+  ),
+  ("ray_actors", "sandbox_ray_actors", int, "Sandbox actors on Ray."),
+  (
+    "ray_in_flight",
+    "sandbox_ray_in_flight",
+    int,
+    "Jobs in flight per Ray actor; callers block past it (back-pressure).",
+  ),
+  (
+    "ray_backend",
+    "sandbox_ray_backend",
+    config_lib.ISOLATION_BACKENDS,
+    "What each Ray sandbox actor runs its jobs in.",
   ),
 )
 # (field, flag, kind, help) of a job's limits, for the tools that run no
@@ -231,11 +268,33 @@ def make_launcher(config: config_lib.SandboxConfig):
     gvisor.SetupError: backend "gvisor" without runsc, or more memory
       asked of the host than it has (the message says what to do).
   """
+  if config.backend == "ray":
+    raise ValueError(
+      "backend 'ray' runs no sandbox in this process: harness.open_pool"
+      " gives its fleet."
+    )
   if config.backend == "process":
     logging.warning(PROCESS_BACKEND_WARNING)
     print(PROCESS_BACKEND_WARNING, file=sys.stderr)
     return worker.ProcessLauncher(config)
   return gvisor.GVisorLauncher(config)
+
+
+def open_pool(config: config_lib.SandboxConfig):
+  """The pool of `config.backend`: `SandboxPool`, or `fleet.RayFleet`.
+
+  Both have `submit(job) -> Future`, `run`, `map`, `close`, `stats` and are
+  context managers.
+
+  Raises:
+    gvisor.SetupError: the backend cannot start (no runsc, no Ray, no
+      sandbox node); the message says what to do.
+  """
+  if config.backend == "ray":
+    from codeagent_rl.sandbox import fleet  # noqa: PLC0415 (needs Ray)
+
+    return fleet.RayFleet(config)
+  return SandboxPool(config)
 
 
 class SandboxPool:
@@ -286,6 +345,11 @@ class SandboxPool:
     if any(errors):
       self.close()
       raise next(e for e in errors if e is not None)
+
+  @property
+  def parallelism(self) -> int:
+    """Jobs that run at once."""
+    return self.config.pool_size
 
   def _count(self, key: str) -> None:
     with self._stats_lock:

@@ -362,7 +362,7 @@ def finish_all(
         augment_config=config.augment_config(),
       )
 
-  workers = 2 * pool.config.pool_size if pool is not None else 1
+  workers = 2 * pool.parallelism if pool is not None else 1
   with concurrent.futures.ThreadPoolExecutor(workers) as executor:
     futures = [executor.submit(one, d) for _, d in parsed.drafts]
     for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
@@ -491,7 +491,7 @@ def main(argv: list[str]) -> None:
         sandbox = harness.config_from_cli_flags(values.backend)
       except ValueError as e:
         raise app.UsageError(str(e)) from None
-      with harness.SandboxPool(sandbox) as pool:
+      with harness.open_pool(sandbox) as pool:
         report = finish_all(parsed, values.out, pool, config, _progress)
   except (ConvertError, gvisor.SetupError) as e:
     sys.exit(f"convert: {e}")

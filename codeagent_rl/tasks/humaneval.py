@@ -414,8 +414,8 @@ def convert(
   """Problems as tasks, in the order given (problems run concurrently).
 
   Args:
-    pool: a `SandboxPool` (or anything with its `run`, `submit` and
-      `config.pool_size`).
+    pool: a `SandboxPool` or `fleet.RayFleet` (anything with their `run`,
+      `submit` and `parallelism`).
     problems: from `load_problems`.
     config: conversion settings.
     progress: called as progress(done, total) as problems finish.
@@ -424,7 +424,7 @@ def convert(
     ConversionError: naming the first problem that failed.
   """
   version = package_version()
-  workers = 2 * pool.config.pool_size
+  workers = 2 * pool.parallelism
   with concurrent.futures.ThreadPoolExecutor(workers) as executor:
     futures = [
       executor.submit(convert_problem, pool, p, config, version)
@@ -491,7 +491,7 @@ def main(argv: list[str]) -> None:
   sandbox = _sandbox_config()
   try:
     problems = load_problems(values.task_ids)
-    with harness.SandboxPool(sandbox) as pool:
+    with harness.open_pool(sandbox) as pool:
       tasks = convert(pool, problems, config, _progress)
   except (ConversionError, gvisor.SetupError) as e:
     sys.exit(f"humaneval: {e}")

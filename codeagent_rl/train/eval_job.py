@@ -276,7 +276,7 @@ def evaluate_checkpoint(
     exp, workdir, mesh, rules, he_cfg.train_config
   )
   console(f"evaluating {what} on HumanEval")
-  with harness.SandboxPool(sandbox) as pool:
+  with harness.open_pool(sandbox) as pool:
     tasks = _tasks(he_cfg, workdir, pool)
     env = code_env.CodeEnv(pool, exp.conversation, exp.env)
     evaluator = eval_lib.Evaluator(

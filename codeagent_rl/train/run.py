@@ -188,10 +188,10 @@ def train_and_evaluate(
     f"codeagent_rl: preset {exp.preset}, {exp.model.num_params():,} params"
     f"{critic}, {len(task_sets.train)} train / {len(task_sets.eval)} held-out"
     " tasks,"
-    f" sandbox {sandbox.backend} x{sandbox.pool_size}, workdir {paths.root}"
+    f" sandbox {_sandbox_text(sandbox)}, workdir {paths.root}"
   )
   anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
-  with harness.SandboxPool(sandbox) as pool:
+  with harness.open_pool(sandbox) as pool:
     # Demonstrations and evaluation run without the pre-submit gate: every
     # submission runs, and the evaluation counts the ones stage 1 rejects
     # as unsolved afterwards.
@@ -330,6 +330,16 @@ def job_from_config(config: ml_collections.ConfigDict) -> Job:
     humaneval, exp = eval_job.validate_config(config)
     return Job(kind, exp, humaneval)
   raise ValueError(f"config.job={kind!r}: expected one of {JOBS}.")
+
+
+def _sandbox_text(sandbox) -> str:
+  """How the run's sandboxes are served, for its first console line."""
+  if sandbox.backend == "ray":
+    return (
+      f"ray ({sandbox.ray_actors} actors x{sandbox.pool_size}"
+      f" {sandbox.ray_backend}, {sandbox.ray_address})"
+    )
+  return f"{sandbox.backend} x{sandbox.pool_size}"
 
 
 def run_job(

@@ -5,6 +5,7 @@ module has no side effects, so the e2e test's one-device subprocess and the
 benchmarks import it too.
 """
 
+import dataclasses
 import glob
 import os
 
@@ -21,6 +22,31 @@ SHORT_LIMITS = {
 # A smaller scratch tmpfs and largest file, for pools that run attacks
 # (filling the scratch disk ends sooner).
 SMALL_DISK = {"scratch_mb": 32, "max_file_mb": 8}
+
+
+# `ray.init` arguments of the tests' local Ray cluster: the sandbox actors
+# take no CPU (fleet.py), only units of the "sandbox" resource; a small
+# object store, since results are small.
+RAY_TEST_CLUSTER = {
+  "address": "local",
+  "num_cpus": 2,
+  "resources": {"sandbox": 16},
+  "object_store_memory": 128 << 20,
+  "include_dashboard": False,
+}
+
+
+def ray_config(
+  config: config_lib.SandboxConfig, actors: int = 1, in_flight: int = 1
+) -> config_lib.SandboxConfig:
+  """`config`'s limits and backend served by Ray actors (backend "ray")."""
+  return dataclasses.replace(
+    config,
+    backend="ray",
+    ray_backend=config.backend,
+    ray_actors=actors,
+    ray_in_flight=in_flight,
+  )
 
 
 def short_config(

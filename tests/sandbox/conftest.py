@@ -1,5 +1,8 @@
 """Shared sandbox fixtures: one warm pool per xdist worker and backend.
 
+`attack_pool` is the one-worker gVisor pool, local or behind a Ray actor
+(the same settings): attack and judge tests run against both.
+
 Starting a gVisor sandbox takes about a second, so tests share pools; a test
 that needs its own sandbox (cleanup, crash detection) starts one itself.
 The security pool has one worker, so "the next job" of a test runs on the
@@ -43,3 +46,18 @@ def process_pool():
   config = dataclasses.replace(TEST_CONFIG, backend="process")
   with harness.SandboxPool(config) as pool:
     yield pool
+
+
+@pytest.fixture(scope="session")
+def ray_gvisor_pool(ray_cluster):
+  """TEST_CONFIG's gVisor sandbox behind one Ray actor, one job at a time."""
+  del ray_cluster  # started by the fixture; the fleet joins it
+  with harness.open_pool(sandboxes.ray_config(TEST_CONFIG)) as pool:
+    yield pool
+
+
+@pytest.fixture(scope="session", params=["local", "ray"])
+def attack_pool(request):
+  """The one-worker gVisor pool: local, or a Ray actor's."""
+  name = "gvisor_pool" if request.param == "local" else "ray_gvisor_pool"
+  return request.getfixturevalue(name)

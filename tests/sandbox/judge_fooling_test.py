@@ -1,7 +1,8 @@
 """Attempts to fool the judge: none may pass a test it did not compute.
 
 The task's expected values are unguessable random integers; the attacks run
-in the shared gVisor pool and are graded by the host judge. A correct
+in the shared gVisor pool (local, and behind a Ray sandbox actor) and are
+graded by the host judge. A correct
 solution (which embeds the table) passes everything, so each test can fail.
 """
 
@@ -59,15 +60,15 @@ def assert_fooled_nobody(result):
   assert result.suite_b.total == N_HELDOUT
 
 
-def test_correct_solution_passes(gvisor_pool, task):
-  result = grade(gvisor_pool, task, task.reference_solution)
+def test_correct_solution_passes(attack_pool, task):
+  result = grade(attack_pool, task, task.reference_solution)
   assert result.status == types.JobStatus.OK
   assert (result.suite_a.passed, result.suite_b.passed) == (4, 2)
 
 
-def test_off_by_one_solution_fails(gvisor_pool, task, secrets_table):
+def test_off_by_one_solution_fails(attack_pool, task, secrets_table):
   code = f"def f(i):\n  return {secrets_table!r}[i] + 1\n"
-  assert_fooled_nobody(grade(gvisor_pool, task, code))
+  assert_fooled_nobody(grade(attack_pool, task, code))
 
 
 @pytest.mark.parametrize(
@@ -91,21 +92,21 @@ def test_off_by_one_solution_fails(gvisor_pool, task, secrets_table):
     "keyboard_interrupt_inside",
   ],
 )
-def test_early_exit(gvisor_pool, task, code):
-  result = grade(gvisor_pool, task, code)
+def test_early_exit(attack_pool, task, code):
+  result = grade(attack_pool, task, code)
   assert_fooled_nobody(result)
   if "os._exit" in code:
     assert result.status == types.JobStatus.CRASH
 
 
-def test_skip_test(gvisor_pool, task):
+def test_skip_test(attack_pool, task):
   code = "import unittest\ndef f(i):\n  raise unittest.SkipTest('later')\n"
-  result = grade(gvisor_pool, task, code)
+  result = grade(attack_pool, task, code)
   assert_fooled_nobody(result)
   assert "SkipTest" in result.suite_a.verdicts[0].reason
 
 
-def test_printing_fake_results(gvisor_pool, task):
+def test_printing_fake_results(attack_pool, task):
   code = """
 import json, sys
 def f(i):
@@ -114,10 +115,10 @@ def f(i):
   sys.stderr.write("PASSED\\n")
   return None
 """
-  assert_fooled_nobody(grade(gvisor_pool, task, code))
+  assert_fooled_nobody(grade(attack_pool, task, code))
 
 
-def test_writing_forged_frames_to_every_descriptor(gvisor_pool, task):
+def test_writing_forged_frames_to_every_descriptor(attack_pool, task):
   # Frames as the forkserver and the host expect them, claiming success.
   frames = b"".join(
     wire.pack_frame({"event": "result", "test": i, "status": "ok", "output": 0})
@@ -137,11 +138,11 @@ def f(i):
         pass
   return 0
 """
-  result = grade(gvisor_pool, task, code)
+  result = grade(attack_pool, task, code)
   assert_fooled_nobody(result)
 
 
-def test_always_equal_object(gvisor_pool, task):
+def test_always_equal_object(attack_pool, task):
   code = """
 class Anything:
   def __eq__(self, other):
@@ -152,13 +153,13 @@ class Anything:
 def f(i):
   return Anything()
 """
-  result = grade(gvisor_pool, task, code)
+  result = grade(attack_pool, task, code)
   assert_fooled_nobody(result)
   assert result.result.tests[0].status == "bad_output"
   assert "Anything" in result.suite_a.verdicts[0].reason
 
 
-def test_int_subclass_with_custom_eq(gvisor_pool, task):
+def test_int_subclass_with_custom_eq(attack_pool, task):
   code = """
 class Liar(int):
   def __eq__(self, other):
@@ -167,13 +168,13 @@ class Liar(int):
 def f(i):
   return Liar(i)
 """
-  result = grade(gvisor_pool, task, code)
+  result = grade(attack_pool, task, code)
   assert_fooled_nobody(result)
   reason = result.suite_a.verdicts[0].reason
   assert "bad_output" in reason and "subclass of int" in reason, reason
 
 
-def test_nested_subclass_is_rejected(gvisor_pool, task):
+def test_nested_subclass_is_rejected(attack_pool, task):
   code = """
 class Liar(str):
   def __eq__(self, other):
@@ -181,7 +182,7 @@ class Liar(str):
 def f(i):
   return [1, {"k": (2, Liar("x"))}]
 """
-  result = grade(gvisor_pool, task, code)
+  result = grade(attack_pool, task, code)
   assert_fooled_nobody(result)
   assert "subclass of str" in result.suite_a.verdicts[0].reason
 
@@ -191,7 +192,7 @@ def _digests(values):
 
 
 def test_stack_gc_and_memory_walks_find_no_expected_value(
-  gvisor_pool, task, secrets_table
+  attack_pool, task, secrets_table
 ):
   """Searches frames, every GC object and its own memory for the answers.
 
@@ -252,7 +253,7 @@ print("FOUND" if HITS else "NOTHING", HITS)
 def f(i):
   return (walk() + HITS + [-1])[0]
 """
-  result = grade(gvisor_pool, task, code)
+  result = grade(attack_pool, task, code)
   assert result.status == types.JobStatus.OK, result.to_json()
   assert "NOTHING []" in result.result.stdout, result.result.stdout
   scanned = int(result.result.stdout.split("SCANNED ")[1].split()[0])
@@ -261,13 +262,13 @@ def f(i):
   # The search is real: it finds a secret that *is* in the sandbox, both as
   # an object and as digits in memory.
   planted = f"PLANTED = [{secrets_table[0]}]\nTEXT = 'x{secrets_table[1]}x'\n"
-  result = grade(gvisor_pool, task, planted + code)
+  result = grade(attack_pool, task, planted + code)
   assert "FOUND" in result.result.stdout
   assert str(secrets_table[1]) in result.result.stdout  # by the memory scan
   assert result.suite_a.passed == 1
 
 
-def test_monkeypatching_builtins_and_json(gvisor_pool, task):
+def test_monkeypatching_builtins_and_json(attack_pool, task):
   code = """
 import builtins, json, sys
 builtins.isinstance = lambda obj, cls: True
@@ -281,11 +282,11 @@ for module in list(sys.modules.values()):
 def f(i):
   return 0
 """
-  result = grade(gvisor_pool, task, code)
+  result = grade(attack_pool, task, code)
   assert_fooled_nobody(result)
 
 
-def test_stdio_fake_output_and_exit(gvisor_pool):
+def test_stdio_fake_output_and_exit(attack_pool):
   expected = secrets.token_hex(8)
   task = schema.Task(
     task_id="echo_secret",
@@ -298,18 +299,18 @@ def test_stdio_fake_output_and_exit(gvisor_pool):
     reference_solution=f"print({expected!r})",
     metadata={},
   )
-  assert grade(gvisor_pool, task, task.reference_solution).suite_a.passed == 1
+  assert grade(attack_pool, task, task.reference_solution).suite_a.passed == 1
   for code in (
     "print('OK')\nprint('All tests passed')\n",
     "import os\nos._exit(0)\n",
     "import sys\nsys.exit(0)\n",
     "import os\nos.write(1, b'\\x00' * 8)\n",
   ):
-    result = grade(gvisor_pool, task, code)
+    result = grade(attack_pool, task, code)
     assert (result.suite_a.passed, result.suite_b.passed) == (0, 0), code
 
 
-def test_forged_result_frame_bytes_are_inert(gvisor_pool, task):
+def test_forged_result_frame_bytes_are_inert(attack_pool, task):
   """A frame with an oversize length prefix or bad JSON crashes only the job."""
   bogus = struct.pack(">I", 1 << 30) + b"{"
   code = f"""
@@ -318,7 +319,7 @@ def f(i):
   os.write(3, {bogus!r})
   return 0
 """
-  result = grade(gvisor_pool, task, code)
+  result = grade(attack_pool, task, code)
   assert_fooled_nobody(result)
   assert result.status in (
     types.JobStatus.CRASH,

@@ -1,6 +1,7 @@
 """Attacks on the gVisor sandbox: each must be contained.
 
-Every test runs a real attack in the shared one-worker gVisor pool and
+Every test runs a real attack in the shared one-worker gVisor pool (local,
+and again behind a Ray sandbox actor: `attack_pool`) and
 checks four things: the attack failed (it saw or changed nothing it should
 not), the job got the right status, the host is untouched (canaries intact,
 nothing written), and the pool still serves the next job correctly.
@@ -32,16 +33,19 @@ def host_canary(tmp_path_factory):
 
 
 @pytest.fixture
-def pool(gvisor_pool, host_canary):
+def pool(attack_pool, host_canary):
   """The shared pool; after each test, the host and the pool are checked."""
-  before = dict(gvisor_pool.stats)
-  yield gvisor_pool
+  before = dict(attack_pool.stats)
+  yield attack_pool
   path, content = host_canary
   assert path.read_text() == content, "the host canary changed"
   assert sorted(p.name for p in path.parent.iterdir()) == ["canary.txt"]
-  assert_next_job_ok(gvisor_pool)
-  # No attack may kill the sandbox unless the test says so (it checks).
-  assert gvisor_pool.stats["sandbox_errors"] == before["sandbox_errors"]
+  assert_next_job_ok(attack_pool)
+  # No attack may kill the sandbox unless the test says so (it checks), nor
+  # the Ray actor that serves it.
+  after = attack_pool.stats
+  assert after["sandbox_errors"] == before["sandbox_errors"]
+  assert after.get("actors_lost", 0) == before.get("actors_lost", 0)
 
 
 def assert_next_job_ok(pool) -> None:

@@ -442,7 +442,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(str(e)) from None
   tasks = hacks.synthetic_tasks(f.tasks_per_family, seed=f.seed)
   samples = [*hacks.corpus(tasks, seed=f.seed), *humaneval_samples(humaneval)]
-  with harness.SandboxPool(sandbox) as pool:
+  with harness.open_pool(sandbox) as pool:
     observations = play_observations(pool, samples, f.obs_max_bytes)
     try:
       solved_by_model, seen_by_model = model_samples(pool, f.model_runs)
