@@ -112,6 +112,8 @@ def ppo_policy_loss(
   agg_mode: str = "token_mean",
   norm: Normalizer | None = None,
   norm_length: float | None = None,
+  behaviour_logp: jax.Array | None = None,
+  behaviour_cap: float = 2.0,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Clipped surrogate policy loss.
 
@@ -119,6 +121,14 @@ def ppo_policy_loss(
     loss = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high)).
   With `dual_clip` = c > 1, tokens with A < 0 are further capped at -A * c, so
   a huge ratio on a negative advantage cannot blow up the loss.
+
+  Off-policy rollouts (sampled by an older policy than `old_logp`'s, as
+  when generation overlaps the previous update): `old_logp` is then the
+  proximal policy's (the parameters at the start of this update), and each
+  token's loss is weighted by the truncated importance weight
+  w = min(exp(old_logp - behaviour_logp), behaviour_cap) of the proximal
+  against the behaviour policy (decoupled PPO). When the rollouts are on
+  policy, w = 1 exactly and the loss is the plain one.
 
   Args:
     logp: [B, T] log-probs of the sampled tokens under the current policy.
@@ -131,17 +141,26 @@ def ppo_policy_loss(
     agg_mode: one of `AGG_MODES`.
     norm: denominators of the full minibatch (for gradient accumulation).
     norm_length: constant of the `seq_mean_token_sum_norm` mode.
+    behaviour_logp: [B, T] log-probs under the policy that sampled the
+      tokens, when it is older than `old_logp`'s; None: the same.
+    behaviour_cap: the truncation of the behaviour importance weight (> 0).
 
   Returns:
     (loss, diagnostics) with diagnostics `clip_frac` (share of tokens whose
     clipped term was taken), `dual_clip_frac`, `approx_kl` (k3 estimate of
-    KL(old || new)) and `ratio_mean`, all token means over the minibatch.
+    KL(old || new)) and `ratio_mean`, all token means over the minibatch;
+    with `behaviour_logp` also `behaviour_weight_mean` and
+    `behaviour_cap_frac` (share of tokens whose weight was truncated).
   """
   chex.assert_rank([logp, old_logp, advantages, mask], 2)
   chex.assert_equal_shape([logp, old_logp, advantages, mask])
   if dual_clip is not None and dual_clip <= 1.0:
     raise ValueError(
       f"ppo_policy_loss: dual_clip must be > 1, got {dual_clip}."
+    )
+  if not behaviour_cap > 0:
+    raise ValueError(
+      f"ppo_policy_loss: behaviour_cap must be > 0, got {behaviour_cap}."
     )
   if norm is None:
     norm = normalizer_for(mask)
@@ -161,6 +180,20 @@ def ppo_policy_loss(
     )
   else:
     dual_hit = jnp.zeros_like(clip_hit)
+  behaviour = {}
+  if behaviour_logp is not None:
+    chex.assert_equal_shape([logp, behaviour_logp])
+    stale = old_logp - behaviour_logp.astype(jnp.float32)
+    stale = jax.lax.stop_gradient(jnp.where(mask.astype(bool), stale, 0.0))
+    raw = jnp.exp(stale)
+    weight = jnp.minimum(raw, behaviour_cap)
+    per_token = per_token * weight
+    behaviour = {
+      "behaviour_weight_mean": token_mean(weight, mask, norm),
+      "behaviour_cap_frac": token_mean(
+        (raw > behaviour_cap).astype(jnp.float32), mask, norm
+      ),
+    }
   loss = aggregate(
     per_token, mask, agg_mode, norm=norm, norm_length=norm_length
   )
@@ -171,6 +204,7 @@ def ppo_policy_loss(
     "dual_clip_frac": token_mean(dual_hit.astype(jnp.float32), mask, norm),
     "approx_kl": token_mean(jax.lax.stop_gradient(approx_kl), mask, norm),
     "ratio_mean": token_mean(jax.lax.stop_gradient(ratio), mask, norm),
+    **behaviour,
   }
   return loss, diagnostics
 

@@ -146,6 +146,65 @@ def test_policy_loss_matches_numpy_on_random_inputs():
     np.testing.assert_allclose(loss, want, rtol=1e-5)
 
 
+def test_behaviour_weight_is_exactly_one_on_policy():
+  # Staleness 0: behaviour = proximal log-probs, so loss, gradient and
+  # diagnostics equal the plain loss's bit for bit.
+  d = random_batch(np.random.default_rng(7))
+  args = (d["old_logp"], d["advantages"], d["mask"])
+  kw = dict(eps_low=0.2, eps_high=0.28, dual_clip=3.0)
+
+  def plain(logp):
+    return losses.ppo_policy_loss(logp, *args, **kw)
+
+  def decoupled(logp):
+    return losses.ppo_policy_loss(
+      logp, *args, behaviour_logp=d["old_logp"], **kw
+    )
+
+  (l0, d0), g0 = jax.value_and_grad(plain, has_aux=True)(d["logp"])
+  (l1, d1), g1 = jax.value_and_grad(decoupled, has_aux=True)(d["logp"])
+  assert float(l0) == float(l1)
+  np.testing.assert_array_equal(g0, g1)
+  assert float(d1["behaviour_weight_mean"]) == 1.0
+  assert float(d1["behaviour_cap_frac"]) == 0.0
+  for k in d0:
+    assert float(d0[k]) == float(d1[k])
+
+
+def test_behaviour_weight_hand_worked_and_truncated():
+  # Proximal vs behaviour: weights e^{0.5}=1.65, e^{-1}=0.37, e^{2}=7.4
+  # truncated at 2; the ratio (current vs proximal) is 1 everywhere.
+  old = np.array([[0.5, -1.0, 2.0]], np.float32)
+  behaviour = np.zeros((1, 3), np.float32)
+  adv = np.array([[1.0, -1.0, 1.0]], np.float32)
+  mask = np.ones((1, 3), bool)
+  loss, diag = losses.ppo_policy_loss(
+    old,
+    old,
+    adv,
+    mask,
+    eps_low=0.2,
+    eps_high=0.2,
+    behaviour_logp=behaviour,
+    behaviour_cap=2.0,
+  )
+  w = [np.exp(0.5), np.exp(-1.0), 2.0]
+  np.testing.assert_allclose(loss, (-w[0] + w[1] - w[2]) / 3, rtol=1e-6)
+  np.testing.assert_allclose(diag["behaviour_weight_mean"], np.mean(w))
+  np.testing.assert_allclose(diag["behaviour_cap_frac"], 1 / 3)
+  # The weight carries no gradient: d loss / d logp = -A * w * ratio.
+  grad = jax.grad(
+    lambda lp: losses.ppo_policy_loss(
+      lp, old, adv, mask, eps_low=0.2, eps_high=0.2, behaviour_logp=behaviour
+    )[0]
+  )(old)
+  np.testing.assert_allclose(grad, -adv * np.array([w]) / 3, rtol=1e-6)
+  with pytest.raises(ValueError, match="behaviour_cap must be > 0"):
+    losses.ppo_policy_loss(
+      old, old, adv, mask, eps_low=0.2, eps_high=0.2, behaviour_cap=0.0
+    )
+
+
 def test_policy_gradient_is_zero_when_clipped():
   # A > 0 and ratio above 1 + eps: no gradient pushes further.
   old = np.zeros((1, 2), np.float32)
