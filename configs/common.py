@@ -40,6 +40,10 @@ def get_rl_config() -> ml_collections.ConfigDict:
   rl.loss.eps_high = 0.2
   # Dual-clip constant c > 1 (Ye 2020 uses 3), or None to disable.
   rl.loss.dual_clip = 3.0
+  # Off-policy rollouts (ppo.max_staleness = 1): each token's loss is
+  # weighted by min(pi_proximal / pi_behaviour, cap), the decoupled PPO
+  # objective of AReaL; 2 bounds what one stale token can weigh.
+  rl.loss.behaviour_cap = 2.0
   # Clip range of the value loss around the old value, or None; 0.2 as in
   # most PPO-for-LM implementations. Scale-dependent: rewards here are in
   # [0, 1].

@@ -137,6 +137,9 @@ def get_ppo_config(smoke: bool) -> ml_collections.ConfigDict:
   # 4 rows as at 16 (an accelerator) the gain is the KV cache's memory,
   # not yet measured there. Off until it is.
   ppo.rollout_slots = 0
+  # 1: an iteration's rollouts are generated while the previous one updates
+  # (`benchmarks/overlap_bench.py`); 0 until it is measured on a GPU.
+  ppo.max_staleness = 0
   # The critic alone first: its value head starts at zero.
   ppo.critic_warmup_iterations = 0 if smoke else 5
   ppo.skip_actor_on_flat_rewards = not smoke

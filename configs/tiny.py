@@ -298,6 +298,11 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   # README's numbers were measured so (slot refill draws each episode's
   # tokens from its own key: other samples).
   ppo.rollout_slots = 0
+  # 0: each iteration's rollouts come from the policy it updates; 1: they
+  # are generated while the previous iteration updates (one step stale,
+  # weighted by rl.loss.behaviour_cap's truncated importance weight). 0:
+  # the README's numbers were measured so.
+  ppo.max_staleness = 0
   # Iterations that train only the critic first (value head from zero).
   ppo.critic_warmup_iterations = 2 if preset == "default" else 0
   # Freeze the actor in an iteration whose rollouts all got the same reward

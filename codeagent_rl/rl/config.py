@@ -26,6 +26,7 @@ class PPOLossConfig:
   eps_low: float
   eps_high: float
   dual_clip: float | None
+  behaviour_cap: float
   value_clip: float | None
   value_coef: float
   entropy_coef: float
@@ -40,6 +41,11 @@ class PPOLossConfig:
     if self.dual_clip is not None and self.dual_clip <= 1.0:
       raise ValueError(
         f"rl.loss.dual_clip={self.dual_clip}: must be > 1 or None."
+      )
+    cap = self.behaviour_cap
+    if type(cap) not in (int, float) or not 0.0 < cap < math.inf:
+      raise ValueError(
+        f"rl.loss.behaviour_cap={cap!r}: must be a finite number > 0."
       )
     if self.value_clip is not None and self.value_clip <= 0.0:
       raise ValueError(

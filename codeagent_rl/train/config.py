@@ -252,6 +252,11 @@ class PPOConfig:
       row each (`agent_loop.collect`); > 0: that many rows, an episode
       that ends handing its row to the next one (`continuous.collect`);
       at most `rollouts_per_iteration`.
+    max_staleness: 0: an iteration's rollouts are sampled by the policy it
+      updates; 1: the rollouts of iteration k + 1 are generated (and
+      scored) while iteration k updates, by the policy before that update,
+      and the loss weights them by `rl.loss.behaviour_cap`'s truncated
+      importance weight.
     critic_warmup_iterations: first iterations that train only the critic
       (the actor is frozen while the value head learns the returns).
     skip_actor_on_flat_rewards: the actor does not update in an iteration
@@ -287,6 +292,7 @@ class PPOConfig:
   micro_batch_size: int
   logprob_micro_batch_size: int
   rollout_slots: int
+  max_staleness: int
   critic_warmup_iterations: int
   skip_actor_on_flat_rewards: bool
   length_bucket: int
@@ -353,6 +359,11 @@ class PPOConfig:
         "config.ppo.logprob_micro_batch_size="
         f"{self.logprob_micro_batch_size}: must divide the"
         f" {rows} rollouts of an iteration."
+      )
+    if self.max_staleness not in (0, 1) or type(self.max_staleness) is not int:
+      raise ValueError(
+        f"config.ppo.max_staleness={self.max_staleness!r}: must be 0"
+        " (synchronous) or 1 (rollouts overlap the previous update)."
       )
     if self.rollout_slots > rows:
       raise ValueError(

@@ -293,6 +293,15 @@ class Experiment:
         f"{self.env.max_turns} ends the episode; lower them below"
         " max_turns, or raise max_turns."
       )
+    if cut.enabled and self.ppo.max_staleness:
+      # The stopper reads the critic after every turn; overlapped rollouts
+      # run while the update changes (and donates) the critic.
+      raise ValueError(
+        "config.rl.adaptive_truncation.enabled with config.ppo.max_staleness"
+        f"={self.ppo.max_staleness}: the critic that decides the cuts is"
+        " being updated while overlapped rollouts run; use one or the"
+        " other."
+      )
     data = self.data
     if data.train_tasks is not None and data.demonstrations is None:
       if self.sft.steps:

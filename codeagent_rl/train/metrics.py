@@ -25,6 +25,8 @@ and `codeagent_rl.anticheat.monitors`):
                           flat rewards with ppo.skip_actor_on_flat_rewards)
   policy/flat_rewards     1 when every rollout got the same Rewards.total
   perf/tokens_per_s       generated tokens per second of generation
+  perf/staleness          1 when the iteration's rollouts were sampled by the
+                          policy before the previous update (ppo.max_staleness)
   time/sandbox_wait_share share of the iteration spent waiting on the sandbox
   time/iteration_s        wall time of the iteration
   anticheat/flag_rate     share of episodes stage 1 rejected (an enforced
@@ -47,6 +49,12 @@ and `codeagent_rl.anticheat.monitors`):
   length/failing_turns    mean turns of failing trajectories
   length/failing_tokens   mean tokens of failing trajectories
   code/chars_mean         mean length of the submitted code, in characters
+
+Iterations on stale rollouts add `policy/behaviour_weight_mean` and
+`policy/behaviour_cap_frac` (the truncated importance weight of the loss)
+and the phase `time/rollout_wait_s` (the learner waiting for them; their
+own generation and sandbox phases ran during the previous update, so the
+shares may add up to more than 1).
 
 `PhaseTimer` adds `time/<phase>_s` and `time/<phase>_share`; the monitors add
 `monitor/<name>`.

@@ -25,6 +25,14 @@ One iteration (`Learner.iteration(states, prompts, rng, index=k)`):
      got the same `Rewards.total` (`rewards_are_flat`);
   7. the iteration's metrics, fetched from the devices once.
 
+With `ppo.max_staleness` = 1 the loop overlaps steps 1-3 of iteration
+k + 1 with steps 4-7 of iteration k: a thread collects and scores the next
+rollouts with a copy of the actor as it was before iteration k's update
+(`Learner.collect`), and iteration k + 1's loss weights them by the
+truncated importance weight of the updated (proximal) actor against that
+copy (`behaviour_params`; decoupled PPO). Staleness is never more than one
+update; with 0 every iteration is on policy and nothing is copied.
+
 The loop (`run_ppo`) draws each iteration's prompts
 (`data.iteration_prompts`: a function of seed and iteration), evaluates
 every `ppo.eval_every` iterations, saves a checkpoint every
@@ -34,15 +42,18 @@ metrics and writes them.
 Resume: the checkpoint holds both states and the iteration; the keys of
 iteration k are a function of the seed and k (`keys.ppo_iteration`), so a
 run interrupted and resumed draws the same prompts and samples as one that
-was not. A non-finite loss stops the run before anything of that iteration
-is saved, so the last checkpoint is the last good one. SIGTERM finishes
-the current iteration, saves, and returns.
+was not (with overlapped rollouts, the first iteration after a resume is
+on policy: the stale rollouts were not saved). A non-finite loss stops the
+run before anything of that iteration is saved, so the last checkpoint is
+the last good one. SIGTERM finishes the current iteration, saves, and
+returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
+import concurrent.futures
 import dataclasses
 import functools
 import pathlib
@@ -53,6 +64,7 @@ from typing import Any
 
 from absl import logging
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from codeagent_rl import types
@@ -94,6 +106,29 @@ class Stop:
   """Set by SIGTERM (or a test): finish the iteration, save, return."""
 
   requested: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Collected:
+  """One iteration's rollouts, scored (`Learner.collect`).
+
+  Attributes:
+    rollout: the episodes and their batch (host arrays).
+    rewards: the anti-cheat's `Rewards`.
+    total: [B] `rewards.total` on the host.
+    anticheat_scalars: the anti-cheat's metrics.
+    stopper: the adaptive-truncation hook that ran, or None.
+    anticheat_s: seconds spent scoring.
+    wall_s: seconds the whole collection took.
+  """
+
+  rollout: Any
+  rewards: Any
+  total: np.ndarray
+  anticheat_scalars: dict[str, float]
+  stopper: truncation.Stopper | None
+  anticheat_s: float
+  wall_s: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,6 +446,131 @@ class Learner:
       max_rows=exp.ppo.logprob_micro_batch_size,
     )
 
+  def collect(
+    self,
+    actor_params: Any,
+    critic: state_lib.TrainState | None,
+    prompts: Sequence[schema.Task],
+    rng: dict[str, jax.Array],
+    *,
+    index: int,
+    value_only: bool = False,
+  ) -> Collected:
+    """Steps 1-2 of the module docstring: rollouts of `actor_params`, scored.
+
+    Thread-safe with respect to `learn`: it reads only `actor_params` and
+    `critic` (the stopper's; None when rollouts overlap an update), which
+    the caller keeps alive until it returns.
+
+    Args:
+      actor_params: the policy that samples (the behaviour policy).
+      critic: the critic state for adaptive truncation, or None.
+      prompts: the iteration's prompts (`data.iteration_prompts`).
+      rng: the iteration's keys (`keys.ppo_iteration`); "rollout" is used.
+      index: the iteration's 0-based index.
+      value_only: value pre-training (no truncation).
+    """
+    if self.env is None or self.anticheat is None or self.cache_len is None:
+      raise ValueError("Learner.collect needs env, anticheat and cache_len.")
+    start = time.perf_counter()
+    samples = self.exp.ppo.samples_per_prompt
+    tasks = [task for task in prompts for _ in range(samples)]
+    groups = [g for g in range(len(prompts)) for _ in range(samples)]
+    policy = agent_loop.SamplerPolicy(
+      self.sampler,
+      {"params": actor_params},
+      self.env.format,
+      self.cache_len,
+    )
+    # Value pre-training regresses on Monte-Carlo returns: no cuts there.
+    stopper = None if value_only else self.stopper(critic, index)
+    if self.exp.ppo.rollout_slots:
+      rollout = continuous.collect(
+        self.env,
+        policy,
+        tasks,
+        groups,
+        rng["rollout"],
+        slots=self.exp.ppo.rollout_slots,
+        stopper=stopper,
+      )
+    else:
+      rollout = agent_loop.collect(
+        self.env, policy, tasks, groups, rng["rollout"], stopper=stopper
+      )
+    anticheat_start = time.perf_counter()
+    rewards, ac_scalars = self.anticheat.rollout_rewards(rollout.episodes)
+    total = np.asarray(jax.device_get(rewards.total), np.float32)
+    done = time.perf_counter()
+    return Collected(
+      rollout=rollout,
+      rewards=rewards,
+      total=total,
+      anticheat_scalars=ac_scalars,
+      stopper=stopper,
+      anticheat_s=done - anticheat_start,
+      wall_s=done - start,
+    )
+
+  def learn(
+    self,
+    states: States,
+    collected: Collected,
+    rng: dict[str, jax.Array],
+    *,
+    index: int,
+    timer: metrics_lib.PhaseTimer | None = None,
+    value_only: bool = False,
+    behaviour_params: Any = None,
+  ) -> tuple[States, Metrics]:
+    """Steps 3-7 of the module docstring on `collect`'s rollouts.
+
+    Args:
+      states: (actor, critic) before the update (donated).
+      collected: the iteration's rollouts (`collect`).
+      rng: the iteration's keys; "update" is used.
+      index: the iteration's 0-based index (critic warm-up).
+      timer: where the phases' times go.
+      value_only: a value pre-training round.
+      behaviour_params: the actor params that sampled the rollouts when
+        they are not `states[0]`'s (overlapped rollouts); None: on policy.
+
+    Raises:
+      NonFiniteLossError: a loss or gradient norm is NaN/inf.
+    """
+    timer = timer or metrics_lib.PhaseTimer()
+    rollout = collected.rollout
+    timer.add("generation", rollout.timings["generate_s"])
+    timer.add("sandbox_wait", rollout.timings["env_s"])
+    if collected.stopper is not None:
+      timer.add("truncation", rollout.timings["stop_s"])
+    timer.add("anticheat", collected.anticheat_s)
+    states, scalars = self.update(
+      states,
+      rollout.batch,
+      collected.total,
+      index,
+      rng["update"],
+      timer,
+      value_only=value_only,
+      behaviour_params=behaviour_params,
+    )
+    episode_scalars, histograms = eval_lib.rollout_metrics(
+      rollout, collected.rewards, self.exp.anticheat
+    )
+    scalars.update(episode_scalars)
+    scalars.update(collected.anticheat_scalars)
+    if collected.stopper is not None:
+      scalars.update(
+        collected.stopper.metrics(collected.total, rollout.batch.length)
+      )
+    generated = float(rollout.batch.trainable.sum())
+    scalars["perf/tokens_per_s"] = generated / max(
+      rollout.timings["generate_s"], 1e-9
+    )
+    scalars["perf/staleness"] = float(behaviour_params is not None)
+    return states, Metrics(scalars, histograms)
+
   def iteration(
     self,
     states: States,
@@ -421,7 +581,7 @@ class Learner:
     timer: metrics_lib.PhaseTimer | None = None,
     value_only: bool = False,
   ) -> tuple[States, Metrics]:
-    """Steps 1-7 of the module docstring.
+    """Steps 1-7 of the module docstring, on policy: `collect` + `learn`.
 
     Args:
       states: (actor, critic) before the iteration (donated).
@@ -438,62 +598,22 @@ class Learner:
     Raises:
       NonFiniteLossError: a loss or gradient norm is NaN/inf.
     """
-    if self.env is None or self.anticheat is None or self.cache_len is None:
-      raise ValueError("Learner.iteration needs env, anticheat and cache_len.")
-    timer = timer or metrics_lib.PhaseTimer()
-    samples = self.exp.ppo.samples_per_prompt
-    tasks = [task for task in prompts for _ in range(samples)]
-    groups = [g for g in range(len(prompts)) for _ in range(samples)]
-    policy = agent_loop.SamplerPolicy(
-      self.sampler,
-      {"params": states[0].params},
-      self.env.format,
-      self.cache_len,
-    )
-    # Value pre-training regresses on Monte-Carlo returns: no cuts there.
-    stopper = None if value_only else self.stopper(states[1], index)
-    if self.exp.ppo.rollout_slots:
-      rollout = continuous.collect(
-        self.env,
-        policy,
-        tasks,
-        groups,
-        rng["rollout"],
-        slots=self.exp.ppo.rollout_slots,
-        stopper=stopper,
-      )
-    else:
-      rollout = agent_loop.collect(
-        self.env, policy, tasks, groups, rng["rollout"], stopper=stopper
-      )
-    timer.add("generation", rollout.timings["generate_s"])
-    timer.add("sandbox_wait", rollout.timings["env_s"])
-    if stopper is not None:
-      timer.add("truncation", rollout.timings["stop_s"])
-    with timer.phase("anticheat"):
-      rewards, ac_scalars = self.anticheat.rollout_rewards(rollout.episodes)
-    total = np.asarray(jax.device_get(rewards.total), np.float32)
-    states, scalars = self.update(
-      states,
-      rollout.batch,
-      total,
-      index,
-      rng["update"],
-      timer,
+    collected = self.collect(
+      states[0].params,
+      states[1],
+      prompts,
+      rng,
+      index=index,
       value_only=value_only,
     )
-    episode_scalars, histograms = eval_lib.rollout_metrics(
-      rollout, rewards, self.exp.anticheat
+    return self.learn(
+      states,
+      collected,
+      rng,
+      index=index,
+      timer=timer,
+      value_only=value_only,
     )
-    scalars.update(episode_scalars)
-    scalars.update(ac_scalars)
-    if stopper is not None:
-      scalars.update(stopper.metrics(total, rollout.batch.length))
-    generated = float(rollout.batch.trainable.sum())
-    scalars["perf/tokens_per_s"] = generated / max(
-      rollout.timings["generate_s"], 1e-9
-    )
-    return states, Metrics(scalars, histograms)
 
   def update(
     self,
@@ -505,6 +625,7 @@ class Learner:
     timer: metrics_lib.PhaseTimer,
     *,
     value_only: bool = False,
+    behaviour_params: Any = None,
   ) -> tuple[States, dict[str, float]]:
     """Steps 4-6 of the module docstring on one iteration's rollouts.
 
@@ -516,6 +637,9 @@ class Learner:
       rng: the iteration's update key.
       timer: where the phases' times go.
       value_only: train only the critic, on Monte-Carlo returns.
+      behaviour_params: the actor params that sampled `batch`, when older
+        than `states[0]`'s: their log-probs (same pass as the proximal
+        ones) weight the loss (`losses.ppo_policy_loss`); None: on policy.
 
     Returns:
       The updated states and the update's scalars.
@@ -528,9 +652,13 @@ class Learner:
         `jax.transfer_guard("disallow")`.
     """
     with jax.transfer_guard("disallow"):
-      return self._update(states, batch, total, index, rng, timer, value_only)
+      return self._update(
+        states, batch, total, index, rng, timer, value_only, behaviour_params
+      )
 
-  def _update(self, states, batch, total, index, rng, timer, value_only):
+  def _update(
+    self, states, batch, total, index, rng, timer, value_only, behaviour
+  ):
     exp = self.exp
     actor, critic = states
     host = _trim(batch, exp.ppo.length_bucket)
@@ -541,6 +669,9 @@ class Learner:
       tokens, valid = arrays["tokens"], arrays["valid"]
       pack = self._whole_batch_pack(host["valid"]) if packed else None
       old_logp = self.log_probs(actor.params, tokens, valid, pack=pack)
+      behaviour_logp = None
+      if behaviour is not None:
+        behaviour_logp = self.log_probs(behaviour, tokens, valid, pack=pack)
       ref_logp = self._ref_log_probs(self.ref_params, tokens, valid, pack=pack)
       if critic is not None:
         values, after_last = self.values(
@@ -570,6 +701,7 @@ class Learner:
         advantages=advantages,
         returns=returns,
         old_values=values,
+        behaviour_logp=behaviour_logp,
       )
       if critic is not None:
         metrics["critic/explained_variance"] = self.explained_variance(
@@ -736,6 +868,12 @@ def run_ppo(
   watcher = monitors.Watcher(exp.monitors)
   last_eval: dict[str, float] = {}
   start_time = time.perf_counter()
+  overlap = exp.ppo.max_staleness > 0
+  executor = (
+    concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollouts")
+    if overlap
+    else None
+  )
   try:
     with ckpt_lib.Checkpointer(paths.checkpoints, exp.checkpoint) as ckpt:
       restored = ckpt.restore_latest(actor=actor, critic=critic, rng=run_key)
@@ -753,14 +891,46 @@ def run_ppo(
           learner, (actor, critic), train_tasks, paths.value_pretrain, console
         )
       done = start
+      pending = None  # (future of iteration it's rollouts, their params)
       for it in range(start, total_iterations):
         timer = metrics_lib.PhaseTimer()
         it_keys = keys.ppo_iteration(exp.seed, it)
-        prompts = data_lib.iteration_prompts(
-          train_tasks, exp.seed, it, exp.ppo.prompts_per_iteration
-        )
-        (actor, critic), metrics = learner.iteration(
-          (actor, critic), prompts, it_keys, index=it, timer=timer
+        behaviour = None
+        if pending is not None:
+          future, behaviour = pending
+          pending = None
+          with timer.phase("rollout_wait"):
+            collected = future.result()
+        else:
+          prompts = data_lib.iteration_prompts(
+            train_tasks, exp.seed, it, exp.ppo.prompts_per_iteration
+          )
+          collected = learner.collect(
+            actor.params, critic, prompts, it_keys, index=it
+          )
+        if overlap and it + 1 < total_iterations and not stop.requested:
+          # The update donates the actor's buffers: the thread samples from
+          # a copy, which the next update also needs (behaviour log-probs).
+          snapshot = jax.tree.map(jnp.copy, actor.params)
+          next_prompts = data_lib.iteration_prompts(
+            train_tasks, exp.seed, it + 1, exp.ppo.prompts_per_iteration
+          )
+          future = executor.submit(
+            learner.collect,
+            snapshot,
+            None,
+            next_prompts,
+            keys.ppo_iteration(exp.seed, it + 1),
+            index=it + 1,
+          )
+          pending = (future, snapshot)
+        (actor, critic), metrics = learner.learn(
+          (actor, critic),
+          collected,
+          it_keys,
+          index=it,
+          timer=timer,
+          behaviour_params=behaviour,
         )
         scalars = metrics.scalars
         if (it + 1) % exp.ppo.eval_every == 0 or it + 1 == total_iterations:
@@ -799,6 +969,8 @@ def run_ppo(
             ckpt.save(checkpoint, force=True)
           break
   finally:
+    if executor is not None:  # a collection still running is not needed
+      executor.shutdown(wait=True, cancel_futures=True)
     if previous is not None:
       signal.signal(signal.SIGTERM, previous)
   return PPOResult(

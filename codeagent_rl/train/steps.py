@@ -56,6 +56,8 @@ class PPOBatch:
     advantages: float32 advantages (0 off the mask).
     returns: float32 value targets (0 off the mask).
     old_values: float32 critic values at rollout time.
+    behaviour_logp: None (the rollouts are on policy), or float32 log-probs
+      under the older policy that sampled them (`ppo.max_staleness`).
     pack_src: None, or the `packing.Plan.src` of each micro-batch stacked
       ([micro-batches * R, T]): the forwards run on packed rows.
     pack_dst: None, or [B, T] `packing.Plan.dst` of each row, into its
@@ -70,6 +72,7 @@ class PPOBatch:
   advantages: jax.Array
   returns: jax.Array
   old_values: jax.Array
+  behaviour_logp: jax.Array | None = None
   pack_src: jax.Array | None = None
   pack_dst: jax.Array | None = None
 
@@ -428,6 +431,8 @@ def _actor_loss(params, micro, *, model, rl, temperature, vocab_limit, norm):
     agg_mode=loss_cfg.agg_mode,
     norm=norm,
     norm_length=loss_cfg.norm_length,
+    behaviour_logp=micro.behaviour_logp,
+    behaviour_cap=loss_cfg.behaviour_cap,
   )
   metrics = {"loss/policy": loss, **{f"policy/{k}": v for k, v in diag.items()}}
   if rl.kl.placement == "loss":

@@ -128,6 +128,24 @@ def test_truncation_that_could_never_cut_is_refused():
   experiment.Experiment.from_config(config)
 
 
+def test_staleness_is_checked():
+  config = _smoke()
+  for bad in (2, -1):
+    config.ppo.max_staleness = bad
+    with pytest.raises(ValueError, match=r"config.ppo.max_staleness="):
+      experiment.Experiment.from_config(config)
+  config.ppo.max_staleness = 1
+  assert experiment.Experiment.from_config(config).ppo.max_staleness == 1
+  config.rl.adaptive_truncation.enabled = True
+  config.env.max_turns = 4  # room to cut, so only the overlap is wrong
+  with pytest.raises(ValueError, match=r"use one or the other"):
+    experiment.Experiment.from_config(config)
+  config.rl.loss.behaviour_cap = 0.0
+  config.rl.adaptive_truncation.enabled = False
+  with pytest.raises(ValueError, match=r"rl.loss.behaviour_cap=0.0"):
+    experiment.Experiment.from_config(config)
+
+
 def test_unknown_and_missing_sections_are_named():
   values = _smoke().to_dict()
   values["ppo_extra"] = {"epochs": 1}

@@ -262,6 +262,13 @@ def run_all(root: pathlib.Path) -> dict:
   results["resumed"] = _run("resumed", root, _config())
   _copy(root / "sft_only", root / "straight")
   results["straight"] = _run("straight", root, _config())
+  # Rollouts overlapping the previous update (one step stale), twice: the
+  # threads must not make it nondeterministic.
+  for name in ("overlap", "overlap_again"):
+    _copy(root / "sft_only", root / name)
+    results[name] = _run(
+      name, root, _config(ppo__max_staleness=1), iterations=3
+    )
   _copy(root / "sft_only", root / "grpo")
   results["grpo"] = _run("grpo", root, _config("smoke,algo=grpo"), iterations=1)
   _copy(root / "sft_only", root / "gvisor")
@@ -461,6 +468,46 @@ def test_resume_equals_a_straight_run(runs):
   ):
     for key in ("reward/total_mean", "episode/tokens_mean", "loss/critic"):
       assert r[key] == pytest.approx(s[key], rel=1e-4, abs=1e-6), key
+
+
+def test_overlapped_rollouts_are_one_step_stale_and_deterministic(runs):
+  root, results = runs
+  for name in ("overlap", "overlap_again"):
+    assert _ok(results[name])["iterations_done"] == 3
+  got = _metrics(root / "overlap")
+  assert [r["perf/staleness"] for r in got] == [0.0, 1.0, 1.0]
+  # The first iteration is on policy: the straight run's first iteration.
+  first = _metrics(root / "straight")[0]
+  for key in ("reward/total_mean", "episode/tokens_mean", "loss/critic"):
+    assert got[0][key] == pytest.approx(first[key], rel=1e-5, abs=1e-7), key
+  assert "policy/behaviour_weight_mean" not in got[0]
+  moved = 0
+  for previous, r in zip(got[:-1], got[1:], strict=True):
+    assert r["time/rollout_wait_s"] >= 0
+    assert r["policy/actor_trained"] == 1.0
+    weight = r["policy/behaviour_weight_mean"]
+    assert 0.5 < weight < 2.0, weight
+    # Where the previous update moved the actor (the smoke model's first
+    # rewards are all 0, so its first gradient can be 0), the behaviour
+    # policy differs from the proximal one: a weight near 1, not 1.
+    if previous["grad_norm/actor"] > 0:
+      assert weight != 1.0
+      moved += 1
+  assert moved, "no update moved the actor: the check above is void"
+  again = _metrics(root / "overlap_again")
+  keys = (
+    "reward/total_mean",
+    "episode/tokens_mean",
+    "kl/ref_mean",
+    "loss/policy",
+    "loss/critic",
+  )
+  for r, s in zip(got, again, strict=True):
+    for key in keys:
+      assert s[key] == pytest.approx(r[key], rel=1e-6, abs=1e-9), key
+    if "policy/behaviour_weight_mean" in r:
+      w = r["policy/behaviour_weight_mean"]
+      assert s["policy/behaviour_weight_mean"] == pytest.approx(w, rel=1e-6)
 
 
 def test_critic_free_estimator_saves_no_critic(runs):

@@ -412,6 +412,60 @@ def _update(learner, params, total):
   return jax.device_get((actor.params, critic.params)), metrics
 
 
+def _update_from(learner, params, total, behaviour):
+  """`_update` with `behaviour(actor params) -> behaviour params`."""
+  sft_params, ref_params = params
+  states = learner.initial_states(sft_params, jax.random.key(1))
+  batch, total = _rollout(total)
+  learner.ref_params = jax.device_put(ref_params, learner.shardings[0].params)
+  (actor, critic), metrics = learner.update(
+    states,
+    batch,
+    total,
+    0,
+    jax.random.key(3),
+    metrics_lib.PhaseTimer(),
+    behaviour_params=behaviour(states[0].params),
+  )
+  return jax.device_get((actor.params, critic.params)), metrics
+
+
+def test_behaviour_params_equal_to_the_actor_change_nothing(learner, params):
+  """Staleness 0 through the off-policy path: the very same update."""
+  total = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.5]
+  want_params, want = _update(learner, params, total)
+  copy_of = lambda p: jax.tree.map(jax.numpy.copy, p)  # noqa: E731
+  got_params, got = _update_from(learner, params, total, copy_of)
+  assert got["policy/behaviour_weight_mean"] == 1.0
+  assert got["policy/behaviour_cap_frac"] == 0.0
+  for key, value in want.items():
+    if not key.startswith(("perf/", "time/")):
+      assert got[key] == value, key
+  jax.tree.map(np.testing.assert_array_equal, got_params, want_params)
+
+
+def test_stale_behaviour_params_weight_the_loss(learner, params):
+  total = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.5]
+  want_params, want = _update(learner, params, total)
+  rng = np.random.default_rng(5)
+
+  def older(p):
+    noisy = jax.tree.map(
+      lambda x: x + 0.05 * rng.standard_normal(x.shape, np.float32),
+      jax.device_get(p),
+    )
+    return jax.device_put(noisy, learner.shardings[0].params)
+
+  got_params, got = _update_from(learner, params, total, older)
+  weight = got["policy/behaviour_weight_mean"]
+  assert np.isfinite(weight) and weight != 1.0
+  assert 0.0 <= got["policy/behaviour_cap_frac"] <= 1.0
+  assert got["loss/policy"] != want["loss/policy"]
+  # Only the actor's loss is weighted: the critic's update is the same.
+  np.testing.assert_allclose(got["loss/critic"], want["loss/critic"], rtol=1e-6)
+  assert _moved(want_params[0], got_params[0]) > 0
+
+
 def test_packed_rows_give_the_update_of_padded_rows(learner, params):
   """`ppo.packing` changes the layout of the forwards, not the update."""
   total = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.5]
