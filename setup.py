@@ -68,8 +68,24 @@ EXTRAS_REQUIRE = {
   "experiments": [
     "matplotlib>=3.9,<4",
   ],
-  # Sweep launchers (filled when launch/ gets executors).
-  "launch": [],
+  # launch/launch_xm.py: XManager and what its Vertex AI and Kubernetes
+  # executors import. Exact pins: without them pip backtracks through
+  # google-cloud releases for minutes; with them a fresh venv installs in
+  # ~1 minute here. protobuf < 7 is what xmanager's generated code needs
+  # (jax, orbax, ray and tensorboardX import fine with 6.33).
+  "launch": [
+    "xmanager==0.8.5.post1",
+    "protobuf>=6.31,<7",
+    "google-cloud-aiplatform==2.7.0",
+    "google-api-python-client==2.202.0",
+    "google-cloud-storage==3.17.1",
+    "google-cloud-bigquery==3.47.0",
+    "google-genai==2.34.0",
+    "kubernetes==36.0.3",
+    "sqlalchemy==2.1.9",
+    "alembic==1.20.1",
+    "cloud-sql-python-connector==1.23.0",
+  ],
   # The sandbox fleet on Ray (--sandbox_backend=ray). Exact: the version
   # measured here (Python 3.11, CPU); the core package only, no dashboard.
   "ray": [

@@ -90,6 +90,7 @@ from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
+from codeagent_rl.sandbox import pools
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 
@@ -509,7 +510,7 @@ def _grade_one_solution() -> None:
     )
   config = _sandbox_config(pool_size=1)
   try:
-    pool = harness.open_pool(config)
+    pool = pools.open_pool(config)
   except gvisor.SetupError as e:
     sys.exit(str(e))
   with pool:
@@ -555,7 +556,7 @@ def main(argv: list[str]) -> None:
   except OSError as e:
     sys.exit(f"--out: {e}")
   try:
-    pool = harness.open_pool(config)
+    pool = pools.open_pool(config)
   except gvisor.SetupError as e:
     out.close()
     sys.exit(str(e))

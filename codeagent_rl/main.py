@@ -9,6 +9,10 @@ config's `sandbox` section (`--config.sandbox.timeout_s=20`); the machine's
 sandbox settings are the `--sandbox_*` and `--runsc_*` flags
 (codeagent_rl/sandbox/harness.py). Running the same command again with the
 same `--workdir` resumes.
+
+On several hosts a launcher starts one process per host with
+JAX_COORDINATOR_ADDRESS, JAX_PROCESS_COUNT and JAX_PROCESS_ID set and one
+`--workdir` that all of them see (codeagent_rl/parallel/distributed.py).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from codeagent_rl import logs
+from codeagent_rl.parallel import distributed
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.train import eval_job
@@ -77,6 +82,10 @@ def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.main`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  try:  # before anything touches a JAX backend
+    distributed.initialize()
+  except ValueError as e:
+    sys.exit(f"error: {e}")
   logs.quiet_library_logs()
   try:  # bad values stop here, naming the field, before anything starts
     job = run.job_from_config(flags.FLAGS.config)

@@ -16,9 +16,9 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Directories whose .py files must each belong to exactly one target.
-COVERED_DIRS = ("codeagent_rl", "tests", "configs", "benchmarks")
+COVERED_DIRS = ("codeagent_rl", "tests", "configs", "benchmarks", "launch")
 # Top-level packages whose imports must be matched by a dep.
-INTERNAL_PACKAGES = ("codeagent_rl", "configs")
+INTERNAL_PACKAGES = ("codeagent_rl", "configs", "launch")
 RULES = ("py_library", "py_test", "py_binary")
 
 

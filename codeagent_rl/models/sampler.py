@@ -10,6 +10,8 @@ row's next token, and each row's next position. Two jittable steps grow it:
   spent its own budget, in a `lax.while_loop` that feeds one token per step.
   Greedy, temperature, top-k and top-p sampling; one key for the batch, or
   one key per row (a row's tokens then do not depend on its neighbours').
+  A batch may be one process's part of a larger batch that shares one key
+  (`BatchPart`): its rows then draw what they would in the whole batch.
 
 For continuous batching (`rollout/continuous.py`) a row can start a new
 conversation while the others go on: `restart` empties some rows
@@ -86,6 +88,33 @@ class SamplerConfig:
       )
     if self.vocab_limit < 0:
       raise ValueError(f"sampler.vocab_limit={self.vocab_limit}: must be >= 0.")
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPart:
+  """Rows [start, start + B) of a batch of `total` rows that shares one key.
+
+  A process that runs its share of a lockstep batch (multi-host rollouts)
+  samples with the whole batch's key: each step draws the noise of all
+  `total` rows, as `jax.random.categorical` over the whole batch would, and
+  keeps its own rows'. Its tokens are then the ones the whole batch run in
+  one process samples, whatever the number of processes (up to float
+  rounding of the logits, which are computed in another batch layout).
+
+  Attributes:
+    start: the first row's index in the whole batch.
+    total: rows of the whole batch.
+  """
+
+  start: int
+  total: int
+
+  def __post_init__(self):
+    if not 0 <= self.start < self.total:
+      raise ValueError(
+        f"BatchPart(start={self.start}, total={self.total}): start must be"
+        " in [0, total)."
+      )
 
 
 @struct.dataclass
@@ -322,8 +351,29 @@ def _fold_in(rng: jax.Array, step: jax.Array) -> jax.Array:
   return jax.random.fold_in(rng, step)
 
 
+def _categorical_part(
+  rng: jax.Array, logits: jax.Array, part: BatchPart
+) -> jax.Array:
+  """[B] draws of rows `part.start` .. of a `part.total`-row categorical.
+
+  `jax.random.categorical` is the argmax of logits plus Gumbel noise drawn
+  for the whole [total, V] batch; these are the same noise's rows.
+  """
+  b, vocab = logits.shape
+  if part.start + b > part.total:
+    raise ValueError(
+      f"{b} rows from row {part.start} do not fit a batch of {part.total}."
+    )
+  noise = jax.random.gumbel(rng, (part.total, vocab), logits.dtype)
+  noise = lax.slice_in_dim(noise, part.start, part.start + b)
+  return jnp.argmax(logits + noise, axis=-1)
+
+
 def sample_token(
-  logits: jax.Array, rng: jax.Array, cfg: SamplerConfig
+  logits: jax.Array,
+  rng: jax.Array,
+  cfg: SamplerConfig,
+  part: BatchPart | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Samples one token per row of [B, V] logits.
 
@@ -333,6 +383,8 @@ def sample_token(
       row's draw then depends on its key only, not on its place in the
       batch (the same random bits in all: B x V uniforms).
     cfg: sampling settings.
+    part: with one key for the batch, which rows of a larger batch sharing
+      that key these are (`BatchPart`); None: the whole batch.
 
   Returns:
     ([B] int32 tokens, [B] float32 log-probs under the temperature-scaled
@@ -347,6 +399,8 @@ def sample_token(
     filtered = _filter_logits(scaled, cfg.top_k, cfg.top_p)
     if is_row_keys(rng):
       tokens = jax.vmap(jax.random.categorical)(rng, filtered)
+    elif part is not None:
+      tokens = _categorical_part(rng, filtered, part)
     else:
       tokens = jax.random.categorical(rng, filtered, axis=-1)
   logp = jax.nn.log_softmax(scaled, axis=-1)
@@ -359,9 +413,9 @@ def _decode_cond(carry, *, max_new_tokens):
   return (step < max_new_tokens) & ~jnp.all(done)
 
 
-def _decode_body(carry, *, params, model, cfg, budgets, stop_ids, pad_id):
+def _decode_body(carry, *, params, model, cfg, budgets, stop_ids, pad_id, part):
   step, state, rng, done, stopped, lengths, out_tokens, out_logp = carry
-  token, logp = sample_token(state.last_logits, _fold_in(rng, step), cfg)
+  token, logp = sample_token(state.last_logits, _fold_in(rng, step), cfg, part)
   live = ~done
   token = jnp.where(live, token, pad_id)
   logp = jnp.where(live, logp, 0.0)
@@ -385,6 +439,7 @@ def decode(
   model: transformer.Actor,
   cfg: SamplerConfig,
   pad_id: int,
+  part: BatchPart | None = None,
 ) -> tuple[DecodeState, SampleOutput]:
   """Samples up to `cfg.max_new_tokens` tokens per row.
 
@@ -403,6 +458,8 @@ def decode(
     model: the actor module.
     cfg: sampling settings.
     pad_id: token written after a row stopped.
+    part: with one key for the batch, which rows of a larger batch sharing
+      that key these are (`sample_token`); None: the whole batch.
 
   Returns:
     (state after the generated tokens, `SampleOutput`).
@@ -432,6 +489,7 @@ def decode(
     budgets=budgets,
     stop_ids=stop_ids,
     pad_id=pad_id,
+    part=part,
   )
   cond = functools.partial(_decode_cond, max_new_tokens=n)
   _, state, _, _, stopped, lengths, tokens, logp = lax.while_loop(
@@ -630,6 +688,8 @@ class Sampler:
     # Jitted (extend, decode) per layout of the state (a `DecodeState` of
     # shardings): their output stays in it, call after call.
     self._steps: dict[DecodeState, tuple[Any, Any]] = {}
+    # `decode` of a part of a larger batch, per (layout, `BatchPart`).
+    self._part_decode: dict[tuple[DecodeState, BatchPart], Any] = {}
     # The same for the steps of continuous batching (`restart` and co.).
     self._row_steps: dict[DecodeState, _RowSteps] = {}
     # Jitted `empty_state` per (batch, max_len, sharding): made on the
@@ -734,17 +794,31 @@ class Sampler:
     extend_fn, _ = self._jitted(state)
     return extend_fn(params, state, tokens, valid)
 
-  def decode(self, params, state, rng, budgets, stop_ids):
+  def decode(self, params, state, rng, budgets, stop_ids, part=None):
     """Samples one turn; see `decode`.
 
     The loop runs at most max(budgets) steps (capped at `max_new_tokens`),
     so that is the room the cache needs. `budgets` may be a host or a
     device array (read back by `device_get`). The output's rows are
-    placed like the state's.
+    placed like the state's. `part`: see `BatchPart` (compiled once per
+    part).
     """
     most = int(np.max(jax.device_get(budgets), initial=0))
     self._check_room(state, min(most, self.cfg.max_new_tokens), "decode")
     _, decode_fn = self._jitted(state)
+    if part is not None:
+      layout = jax.tree.map(lambda x: x.sharding, state)
+      if (layout, part) not in self._part_decode:
+        rows = layout.next_pos
+        out = SampleOutput(
+          tokens=rows, log_probs=rows, lengths=rows, stopped=rows
+        )
+        self._part_decode[layout, part] = jax.jit(
+          functools.partial(self._decode_fn, part=part),
+          out_shardings=(layout, out),
+          donate_argnums=(1,),
+        )
+      decode_fn = self._part_decode[layout, part]
     return decode_fn(params, state, rng, budgets, stop_ids)
 
   def reset_rows(self, state, rows) -> DecodeState:

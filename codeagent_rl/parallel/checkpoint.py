@@ -20,6 +20,11 @@ Restoring takes an abstract target (`jax.ShapeDtypeStruct`s with concrete
 shardings, or live arrays whose shardings are used), so each device reads only
 its own shards and the mesh may differ from the one that saved.
 
+With several processes (multi-host) every process calls `save` and
+`restore` together, on one directory they all see; each writes its own
+shards. An array on one process's devices only (the RNG key, which every
+process derives alike) is saved once, as a replicated global array.
+
 With `async_save`, `save` returns once the arrays are copied to host memory
 and the files are written in a background thread. `close()` (or leaving a
 `with` block) waits for it; `close` is also registered with `atexit`, which
@@ -41,9 +46,11 @@ from typing import Any
 
 from etils import epath
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from codeagent_rl import config_utils
+from codeagent_rl.parallel import distributed
 
 PyTree = Any
 
@@ -230,6 +237,7 @@ class Checkpointer:
       return False
     state = _state_tree(checkpoint.actor, checkpoint.critic, checkpoint.rng)
     arrays, leaves = _storable(state)
+    arrays = _global(arrays)
     meta = {
       "format": _FORMAT_VERSION,
       "step": step,
@@ -416,6 +424,28 @@ def _storable(state: dict) -> tuple[dict, dict[str, dict]]:
 
   arrays = jax.tree_util.tree_map_with_path(convert, state)
   return arrays, leaves
+
+
+def _global(arrays: dict) -> dict:
+  """`arrays`, each on every process, for a multi-process save.
+
+  Orbax saves global arrays only; an array on one process's devices (the
+  RNG key, which every process derives alike) becomes a replicated one over
+  all devices. With one process, `arrays` as they are.
+  """
+  if jax.process_count() == 1:
+    return arrays
+  everywhere = jax.sharding.NamedSharding(
+    jax.sharding.Mesh(np.asarray(jax.devices()), ("devices",)),
+    jax.sharding.PartitionSpec(),
+  )
+
+  def one(x):
+    if isinstance(x, jax.Array) and x.is_fully_addressable:
+      return distributed.put_replicated(x, everywhere)
+    return x
+
+  return jax.tree.map(one, arrays)
 
 
 def _abstract_target(target: dict) -> tuple[dict, set[str]]:

@@ -199,3 +199,30 @@ def mesh_axis_size(mesh: jax.sharding.Mesh, mesh_axes: MeshAxes) -> int:
     return 1
   names = (mesh_axes,) if isinstance(mesh_axes, str) else mesh_axes
   return math.prod(mesh.shape[name] for name in names)
+
+
+def local_mesh(mesh: jax.sharding.Mesh) -> jax.sharding.Mesh:
+  """This process's block of `mesh`: its own devices, the same axis names.
+
+  With one process it is `mesh` itself. Host-local work (a process's
+  rollouts) runs on it, so that nothing waits on another process.
+
+  Raises:
+    ValueError: this process's devices do not form one block of the mesh
+      (an axis interleaves processes); the mesh cannot be cut per host.
+  """
+  if jax.process_count() == 1:
+    return mesh
+  devices = np.asarray(mesh.devices)
+  here = np.vectorize(lambda d: d.process_index == jax.process_index())(devices)
+  # The bounding box of this process's devices, along every axis.
+  block = tuple(slice(i.min(), i.max() + 1) for i in np.nonzero(here))
+  if not here[block].all() or here[block].size != here.sum():
+    raise ValueError(
+      f"mesh {dict(mesh.shape)}: the devices of process"
+      f" {jax.process_index()} are not one block of it; order the mesh so"
+      " that each process's devices are contiguous along every axis."
+    )
+  return jax.sharding.Mesh(
+    devices[block], mesh.axis_names, axis_types=mesh.axis_types
+  )

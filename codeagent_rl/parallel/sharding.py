@@ -270,9 +270,12 @@ def shard_batch(batch: Any, mesh: jax.sharding.Mesh, rules: mesh_lib.Rules):
 
   host = jax.tree_util.tree_map_with_path(one, batch)
   _raise_problems(problems, "Cannot shard the batch:")
-  return jax.tree.map(
-    lambda x: jax.make_array_from_process_local_data(sharding, x), host
-  )
+  # An explicit transfer, which jax carries out across processes by puts
+  # per device that a transfer guard would count as implicit.
+  with jax.transfer_guard_host_to_device("allow"):
+    return jax.tree.map(
+      lambda x: jax.make_array_from_process_local_data(sharding, x), host
+    )
 
 
 @contextlib.contextmanager
@@ -296,3 +299,41 @@ def axis_rules(mesh: jax.sharding.Mesh, rules: mesh_lib.Rules) -> Iterator:
     )
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     yield
+
+
+def process_rows(sharding: NamedSharding, rows: int) -> slice:
+  """The rows of a [rows, ...] array under `sharding` this process holds.
+
+  What this process passes to `shard_batch` (or
+  `jax.make_array_from_process_local_data`) for that array: the global
+  batch is the processes' rows in process order. With one process, all.
+
+  Raises:
+    ValueError: `rows` does not split evenly over the processes, or this
+      process's rows are not its contiguous 1/process_count share (the
+      `batch` rule must split rows across processes, not copy them).
+  """
+  count, index = jax.process_count(), jax.process_index()
+  if count == 1:
+    return slice(0, rows)
+  if rows % count:
+    raise ValueError(f"{rows} rows do not split evenly over {count} processes.")
+  share = rows // count
+  held = sorted(
+    {
+      i
+      for index_slices in sharding.addressable_devices_indices_map(
+        (rows,)
+      ).values()
+      for i in range(rows)[index_slices[0]]
+    }
+  )
+  wanted = list(range(index * share, (index + 1) * share))
+  if held != wanted:
+    raise ValueError(
+      f"process {index} holds rows {held[:3]}... of a {rows}-row batch"
+      f" under {sharding.spec}; each process must hold its own contiguous"
+      f" 1/{count} of them: map the `batch` rule to the mesh axes that"
+      " span the processes (e.g. ('data', 'fsdp'))."
+    )
+  return slice(wanted[0], wanted[-1] + 1)

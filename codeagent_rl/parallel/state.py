@@ -26,6 +26,7 @@ import optax
 
 from codeagent_rl import config_utils
 from codeagent_rl.models import transformer
+from codeagent_rl.parallel import distributed
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import sharding
 
@@ -376,7 +377,7 @@ def create_train_states(
   init = _jit_states(
     _init_states, model_cfg, optim_cfg, mesh, rules, critic_init, critic_cfg
   )
-  rng = jax.device_put(rng, sharding.replicated(mesh))
+  rng = distributed.put_replicated(rng, sharding.replicated(mesh))
   return init(rng)
 
 
@@ -460,5 +461,5 @@ def states_from_actor_params(
     critic_init,
     critic_cfg,
   )
-  rng = jax.device_put(rng, sharding.replicated(mesh))
+  rng = distributed.put_replicated(rng, sharding.replicated(mesh))
   return init(actor_params, rng, critic_params)

@@ -134,6 +134,7 @@ class SamplerPolicy:
     params: Any,
     fmt: chat.ConversationFormat,
     cache_len: int,
+    part: sampler_lib.BatchPart | None = None,
   ):
     """Binds a sampler to actor params.
 
@@ -142,9 +143,14 @@ class SamplerPolicy:
       params: actor variables.
       fmt: the conversation format: gives the pad and stop ids.
       cache_len: KV-cache slots per row.
+      part: the rows are this part of a larger batch whose turns share one
+        key (one process's share of a lockstep rollout); they sample what
+        they would in the whole batch (`sampler.BatchPart`). None: the
+        batch is whole. Keys per row need no part.
     """
     self._sampler = sampler
     self._params = params
+    self._part = part
     self._pad_id = fmt.pad_id
     # Every input of the sampler goes, by `device_put`, to the devices the
     # params are on: the state is made there too, so nothing is copied
@@ -181,7 +187,12 @@ class SamplerPolicy:
     row_keys = sampler_lib.is_row_keys(rng)
     rng = jax.device_put(rng, self._rows if row_keys else self._placement)
     self._state, out = self._sampler.decode(
-      self._params, self._state, rng, budgets, self._stop_ids
+      self._params,
+      self._state,
+      rng,
+      budgets,
+      self._stop_ids,
+      part=None if row_keys else self._part,
     )
     tokens, logp, lengths = jax.device_get(
       (out.tokens, out.log_probs, out.lengths)
@@ -429,6 +440,27 @@ def collect(
       bool,
     )
   return Rollout(batch, states, timings, render_ok)
+
+
+def concat(parts: Sequence[Rollout]) -> Rollout:
+  """One rollout of the parts' episodes, in order (e.g. each process's).
+
+  Rows are padded alike (`max_total_tokens`), so the batches stack. Each
+  timing is the largest of the parts': they ran side by side.
+  """
+  if not parts:
+    raise ValueError("concat: no rollouts to join.")
+  checks = [p.render_ok for p in parts]
+  return Rollout(
+    batch=jax.tree.map(
+      lambda *xs: np.concatenate(xs), *[p.batch for p in parts]
+    ),
+    episodes=[e for p in parts for e in p.episodes],
+    timings={k: max(p.timings[k] for p in parts) for k in parts[0].timings},
+    render_ok=None
+    if any(c is None for c in checks)
+    else np.concatenate(checks),
+  )
 
 
 def render_matches(

@@ -97,6 +97,7 @@ def collect(
   *,
   slots: int,
   stopper: agent_loop.StopHook | None = None,
+  first_episode: int = 0,
 ) -> agent_loop.Rollout:
   """Runs one episode per task, at most `slots` at a time, refilling rows.
 
@@ -113,6 +114,9 @@ def collect(
       observation appended); those it answers True for are cut (stop
       reason `code_env.STOP_ADAPTIVE`) and free their row. Its time goes to
       `timings["stop_s"]`.
+    first_episode: `tasks` are the episodes from this index on of a larger
+      set (one process's share): episode i draws as episode
+      `first_episode + i` of the whole set.
 
   Returns:
     The `Rollout`, row i the episode of `tasks[i]`; rows are padded to
@@ -166,7 +170,7 @@ def collect(
         turns[e] += 1
       keys = row_keys(
         rng,
-        [0 if e is None else e for e in in_row],
+        [0 if e is None else first_episode + e for e in in_row],
         [0 if e is None else turns[e] for e in in_row],
       )
       start = time.perf_counter()

@@ -26,6 +26,7 @@ from absl import flags
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
+from codeagent_rl.sandbox import pools
 
 
 def define_flags() -> None:
@@ -83,7 +84,7 @@ def main(argv: list[str]) -> None:
   except ValueError as e:
     sys.exit(str(e))
   try:
-    pool = harness.open_pool(config)
+    pool = pools.open_pool(config)
   except gvisor.SetupError as e:
     sys.exit(str(e))
   with pool:

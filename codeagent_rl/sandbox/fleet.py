@@ -1,7 +1,7 @@
 """`RayFleet`: the sandbox pool's interface, served by Ray actors.
 
   config = SandboxConfig(backend="ray", ray_address="auto", ray_actors=16)
-  with harness.open_pool(config) as pool:      # a RayFleet
+  with pools.open_pool(config) as pool:      # a RayFleet
     results = pool.map(job_list)
 
 Each actor (`SandboxActor`) is a Ray worker process on a node that offers
@@ -184,7 +184,7 @@ class RayFleet:
     if config.backend != "ray":
       raise ValueError(
         f"RayFleet serves backend 'ray', not {config.backend!r}: use"
-        " harness.open_pool(config)."
+        " pools.open_pool(config)."
       )
     self.config = config
     self._ray = _import_ray()

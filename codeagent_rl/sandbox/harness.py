@@ -2,10 +2,10 @@
 
   harness.define_flags()                        # in a CLI's define_flags
   config = harness.config_from_flags()          # or SandboxConfig(...)
-  with harness.open_pool(config) as pool:
+  with pools.open_pool(config) as pool:
     result = pool.submit(jobs.Job.function(code, "f", inputs)).result()
 
-`open_pool` gives a local `SandboxPool`, or for backend "ray" a
+`pools.open_pool` gives a local `SandboxPool`, or for backend "ray" a
 `fleet.RayFleet` with the same interface.
 
 Each worker thread owns one sandbox (a `GuestProcess` from the gVisor or
@@ -270,7 +270,7 @@ def make_launcher(config: config_lib.SandboxConfig):
   """
   if config.backend == "ray":
     raise ValueError(
-      "backend 'ray' runs no sandbox in this process: harness.open_pool"
+      "backend 'ray' runs no sandbox in this process: pools.open_pool"
       " gives its fleet."
     )
   if config.backend == "process":
@@ -278,23 +278,6 @@ def make_launcher(config: config_lib.SandboxConfig):
     print(PROCESS_BACKEND_WARNING, file=sys.stderr)
     return worker.ProcessLauncher(config)
   return gvisor.GVisorLauncher(config)
-
-
-def open_pool(config: config_lib.SandboxConfig):
-  """The pool of `config.backend`: `SandboxPool`, or `fleet.RayFleet`.
-
-  Both have `submit(job) -> Future`, `run`, `map`, `close`, `stats` and are
-  context managers.
-
-  Raises:
-    gvisor.SetupError: the backend cannot start (no runsc, no Ray, no
-      sandbox node); the message says what to do.
-  """
-  if config.backend == "ray":
-    from codeagent_rl.sandbox import fleet  # noqa: PLC0415 (needs Ray)
-
-    return fleet.RayFleet(config)
-  return SandboxPool(config)
 
 
 class SandboxPool:

@@ -83,6 +83,7 @@ from absl import flags
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import pools
 from codeagent_rl.tasks import humaneval
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks.formats import PARSERS
@@ -491,7 +492,7 @@ def main(argv: list[str]) -> None:
         sandbox = harness.config_from_cli_flags(values.backend)
       except ValueError as e:
         raise app.UsageError(str(e)) from None
-      with harness.open_pool(sandbox) as pool:
+      with pools.open_pool(sandbox) as pool:
         report = finish_all(parsed, values.out, pool, config, _progress)
   except (ConvertError, gvisor.SetupError) as e:
     sys.exit(f"convert: {e}")

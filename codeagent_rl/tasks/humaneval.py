@@ -82,6 +82,7 @@ from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
+from codeagent_rl.sandbox import pools
 from codeagent_rl.tasks import humaneval_rules as rules
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
@@ -491,7 +492,7 @@ def main(argv: list[str]) -> None:
   sandbox = _sandbox_config()
   try:
     problems = load_problems(values.task_ids)
-    with harness.open_pool(sandbox) as pool:
+    with pools.open_pool(sandbox) as pool:
       tasks = convert(pool, problems, config, _progress)
   except (ConversionError, gvisor.SetupError) as e:
     sys.exit(f"humaneval: {e}")

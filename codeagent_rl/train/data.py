@@ -26,6 +26,7 @@ from absl import logging
 import numpy as np
 
 from codeagent_rl.envs import code_env
+from codeagent_rl.parallel import distributed
 from codeagent_rl.rollout import demos
 from codeagent_rl.tasks import probes
 from codeagent_rl.tasks import schema
@@ -215,25 +216,15 @@ def sft_arrays(
     env.judge_config,
     pre_submit=_not_graded,
   )
-  tokens, valid, trainable, kinds = [], [], [], []
-  dropped = 0
+  # With several processes each renders its share, in its own sandbox
+  # pool, and all take every share (in order: the rows one process makes).
   plans = task_sets.plans
-  for start in range(0, len(plans), _RENDER_CHUNK):
-    chunk = plans[start : start + _RENDER_CHUNK]
-    rollout = demos.render(
-      env, [by_id[p.task_id] for p in chunk], [p.actions for p in chunk]
-    )
-    batch = rollout.batch
-    for i, (plan, episode) in enumerate(
-      zip(chunk, rollout.episodes, strict=True)
-    ):
-      if episode.stop_reason != code_env.STOP_SUBMIT:
-        dropped += 1
-        continue
-      tokens.append(np.asarray(batch.tokens[i]))
-      valid.append(np.asarray(batch.valid[i]))
-      trainable.append(np.asarray(batch.trainable[i]))
-      kinds.append(plan.kind)
+  first, last = distributed.even_share(len(plans))
+  parts = distributed.gather(_render(env, by_id, plans[first:last]))
+  tokens, valid, trainable, kinds = (
+    [r for p in parts for r in p[k]] for k in range(4)
+  )
+  dropped = sum(p[4] for p in parts)
   if not tokens:
     raise ValueError(
       f"none of the {len(plans)} demonstrations fits the env budgets"
@@ -250,11 +241,42 @@ def sft_arrays(
     "trainable": np.stack(trainable),
     "kinds": np.asarray(kinds),
   }
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_suffix(".tmp.npz")
-  np.savez(tmp, fingerprint=np.asarray(fingerprint), **arrays)
-  os.replace(tmp, path)
+  if distributed.is_primary():
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, fingerprint=np.asarray(fingerprint), **arrays)
+    os.replace(tmp, path)
   return arrays
+
+
+def _render(
+  env: code_env.CodeEnv,
+  by_id: dict[str, schema.Task],
+  plans: Sequence[synthetic.DemoPlan],
+) -> tuple[list, list, list, list, int]:
+  """(tokens, valid, trainable, kinds) rows of the plans kept, and dropped.
+
+  A plan is kept when its episode ends by `<submit>`.
+  """
+  tokens, valid, trainable, kinds = [], [], [], []
+  dropped = 0
+  for start in range(0, len(plans), _RENDER_CHUNK):
+    chunk = plans[start : start + _RENDER_CHUNK]
+    rollout = demos.render(
+      env, [by_id[p.task_id] for p in chunk], [p.actions for p in chunk]
+    )
+    batch = rollout.batch
+    for i, (plan, episode) in enumerate(
+      zip(chunk, rollout.episodes, strict=True)
+    ):
+      if episode.stop_reason != code_env.STOP_SUBMIT:
+        dropped += 1
+        continue
+      tokens.append(np.asarray(batch.tokens[i]))
+      valid.append(np.asarray(batch.valid[i]))
+      trainable.append(np.asarray(batch.trainable[i]))
+      kinds.append(plan.kind)
+  return tokens, valid, trainable, kinds, dropped
 
 
 def bucket_width(length: int, bucket: int, max_width: int) -> int:

@@ -30,11 +30,12 @@ import ml_collections
 
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import distributed
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.parallel import transfers
 from codeagent_rl.sandbox import config as sandbox_config_lib
-from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import pools
 from codeagent_rl.tasks import humaneval
 from codeagent_rl.tasks import schema
 from codeagent_rl.train import config as train_config
@@ -148,9 +149,10 @@ def _tasks(
     missing = wanted[len(tasks) :]
     logging.info("converting %d HumanEval problems", len(missing))
     tasks += humaneval.convert(pool, humaneval.load_problems(missing))
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    schema.write_tasks(tmp, tasks)
-    os.replace(tmp, path)  # a crash mid-write leaves the old cache
+    if distributed.is_primary():  # each process converted the same
+      tmp = path.with_suffix(path.suffix + ".tmp")
+      schema.write_tasks(tmp, tasks)
+      os.replace(tmp, path)  # a crash mid-write leaves the old cache
   return tasks[: len(wanted)]
 
 
@@ -275,8 +277,9 @@ def evaluate_checkpoint(
   params, what = restore_actor_params(
     exp, workdir, mesh, rules, he_cfg.train_config
   )
-  console(f"evaluating {what} on HumanEval")
-  with harness.open_pool(sandbox) as pool:
+  if distributed.is_primary():
+    console(f"evaluating {what} on HumanEval")
+  with pools.open_pool(sandbox) as pool:
     tasks = _tasks(he_cfg, workdir, pool)
     env = code_env.CodeEnv(pool, exp.conversation, exp.env)
     evaluator = eval_lib.Evaluator(
@@ -289,6 +292,8 @@ def evaluate_checkpoint(
     **{k.replace("eval/", "humaneval/"): v for k, v in scalars.items()},
   }
   path = workdir_lib.Workdir(workdir).humaneval_result
+  if not distributed.is_primary():  # process 0 writes and prints
+    return result
   path.write_text(json.dumps(result, indent=1, sort_keys=True))
   for mode in exp.eval.modes:
     console(

@@ -11,6 +11,14 @@ submission stage 1 rejects is never solved). With k samples per task the
 sampled pass@1 is the mean over tasks of (solved samples / k): the unbiased
 pass@1 estimate of the Codex paper, with less noise than one sample per
 task.
+
+With several processes (`parallel/distributed.py`) each one runs its
+contiguous share of every batch of episodes, with its own sandbox pool and
+a copy of the params on its own devices, drawing from the batch's keys as
+one process would (`sampler.BatchPart`, or per-episode keys with slot
+refill); the episodes are gathered, so every process returns the same
+pass rates and holds every episode. All processes must call the evaluator
+together.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer
+from codeagent_rl.parallel import distributed
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.rollout import continuous
 from codeagent_rl.tasks import schema
@@ -221,40 +230,30 @@ class Evaluator:
     many ran (tasks x samples per task).
     """
     out, per_task, episodes = {}, {}, {}
+    params = distributed.host_copy(params)
     for k, (mode, sampler) in enumerate(self._samplers.items()):
       # Greedy decoding gives every copy of a task the same episode.
       copies = self._exp.eval.samples_per_task if mode == "sampled" else 1
       tasks = [t for t in self._tasks for _ in range(copies)]
-      rollouts = []
       if self._slots:
-        policy = agent_loop.SamplerPolicy(
-          sampler, {"params": params}, self._env.format, self._cache_len
-        )
-        rollouts.append(
-          continuous.collect(
-            self._env,
-            policy,
-            tasks,
-            list(range(len(tasks))),
-            keys.eval_sample(rng, k, 0),
-            slots=min(self._slots, len(tasks)),
-          )
-        )
+        batches = [(tasks, keys.eval_sample(rng, k, 0))]
       else:
-        for start in range(0, len(tasks), self._batch_size):
-          chunk = tasks[start : start + self._batch_size]
-          policy = agent_loop.SamplerPolicy(
-            sampler, {"params": params}, self._env.format, self._cache_len
+        batches = [
+          (
+            tasks[start : start + self._batch_size],
+            keys.eval_sample(rng, k, start),
           )
-          rollouts.append(
-            agent_loop.collect(
-              self._env,
-              policy,
-              chunk,
-              list(range(len(chunk))),
-              keys.eval_sample(rng, k, start),
-            )
-          )
+          for start in range(0, len(tasks), self._batch_size)
+        ]
+      rollouts = [
+        self._share(sampler, params, batch, key) for batch, key in batches
+      ]
+      if jax.process_count() > 1:
+        every = distributed.gather(rollouts)
+        rollouts = [
+          agent_loop.concat([r[b] for r in every if r[b] is not None])
+          for b in range(len(batches))
+        ]
       rejected = [stage1_rejected(self.anticheat, r.episodes) for r in rollouts]
       scalars = _merge(
         [
@@ -269,6 +268,44 @@ class Evaluator:
     self.last_per_task = per_task
     self.last_episodes = episodes
     return out
+
+  def _share(
+    self,
+    sampler: sampler_lib.Sampler,
+    params: Any,
+    tasks: Sequence[schema.Task],
+    rng: jax.Array,
+  ) -> agent_loop.Rollout | None:
+    """This process's share of one batch of episodes (None if empty).
+
+    A batch is `batch_size` episodes in lockstep, or with slots all of a
+    mode's episodes in one slot-refill loop; one process runs it whole.
+    """
+    first, last, part = 0, len(tasks), None
+    if jax.process_count() > 1:
+      first, last = distributed.even_share(len(tasks))
+      if first == last:
+        return None
+      part = sampler_lib.BatchPart(first, len(tasks))
+    groups = list(range(len(tasks)))[first:last]
+    policy = agent_loop.SamplerPolicy(
+      sampler,
+      {"params": params},
+      self._env.format,
+      self._cache_len,
+      part=part,
+    )
+    if self._slots:
+      return continuous.collect(
+        self._env,
+        policy,
+        tasks[first:last],
+        groups,
+        rng,
+        slots=min(self._slots, last - first),
+        first_episode=first,
+      )
+    return agent_loop.collect(self._env, policy, tasks[first:last], groups, rng)
 
 
 def per_task_rates(

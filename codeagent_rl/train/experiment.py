@@ -312,6 +312,38 @@ class Experiment:
           " a plans file in --config.data.demonstrations."
         )
 
+  def check_process_count(self, count: int) -> None:
+    """Checks that the run can be split over `count` processes (hosts).
+
+    Each process rolls out an equal share of an iteration's episodes and
+    feeds an equal share of every SFT batch (`parallel/distributed.py`).
+
+    Raises:
+      SetupError: naming the field that does not split, or a feature that
+        needs one process.
+    """
+    if count == 1:
+      return
+    rows = self.ppo.rollouts_per_iteration
+    if rows % count:
+      raise SetupError(
+        f"config.ppo.prompts_per_iteration x samples_per_prompt = {rows}"
+        f" rollouts per iteration do not split over {count} processes;"
+        f" make it a multiple of {count}."
+      )
+    if self.sft.steps and self.sft.batch_size % count:
+      raise SetupError(
+        f"config.sft.batch_size={self.sft.batch_size} does not split over"
+        f" {count} processes; make it a multiple of {count}."
+      )
+    if self.rl.adaptive_truncation.enabled:
+      # Its stopper reads the critic, on the mesh of all processes, in the
+      # middle of each process's own rollouts.
+      raise SetupError(
+        "config.rl.adaptive_truncation.enabled runs on one process only;"
+        f" this run has {count}. Disable it, or run one process."
+      )
+
   @functools.cached_property
   def conversation(self) -> chat.ConversationFormat:
     """How episodes become token ids.

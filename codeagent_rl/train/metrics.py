@@ -390,6 +390,34 @@ class MetricsWriter:
       self._tb = None
 
 
+class NullWriter:
+  """`MetricsWriter`'s interface, writing nothing.
+
+  What the processes other than process 0 of a multi-process run use:
+  process 0 writes the run's metrics, which every process computes alike.
+  """
+
+  def __enter__(self) -> NullWriter:
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    pass
+
+  def write_scalars(self, iteration: int, scalars: Mapping[str, Any]) -> None:
+    """Writes nothing."""
+    del iteration, scalars
+
+  def write_histograms(self, iteration: int, hists: Mapping[str, Any]) -> None:
+    """Writes nothing."""
+    del iteration, hists
+
+  def flush(self) -> None:
+    """Nothing to flush."""
+
+  def close(self) -> None:
+    """Nothing to close."""
+
+
 class PhaseTimer:
   """Accumulates wall time per phase of one iteration.
 

@@ -25,10 +25,11 @@ One iteration (`Learner.iteration(states, prompts, rng, index=k)`):
      got the same `Rewards.total` (`rewards_are_flat`);
   7. the iteration's metrics, fetched from the devices once.
 
-With `ppo.max_staleness` = 1 the loop overlaps steps 1-3 of iteration
-k + 1 with steps 4-7 of iteration k: a thread collects and scores the next
-rollouts with a copy of the actor as it was before iteration k's update
-(`Learner.collect`), and iteration k + 1's loss weights them by the
+With `ppo.max_staleness` = 1 the loop overlaps steps 1-2 of iteration
+k + 1 with steps 4-7 of iteration k: a thread collects the next rollouts
+with a copy of the actor as it was before iteration k's update
+(`Learner.rollouts`; they are scored when the learner takes them,
+`Learner.score`), and iteration k + 1's loss weights them by the
 truncated importance weight of the updated (proximal) actor against that
 copy (`behaviour_params`; decoupled PPO). Staleness is never more than one
 update; with 0 every iteration is on policy and nothing is copied.
@@ -38,6 +39,15 @@ The loop (`run_ppo`) draws each iteration's prompts
 every `ppo.eval_every` iterations, saves a checkpoint every
 `checkpoint.save_every`, lets the anti-cheat's `monitors.Watcher` read the
 metrics and writes them.
+
+With several processes (multi-host, `parallel/distributed.py`) each one
+rolls out its contiguous share of an iteration's episodes on its own
+devices, with a copy of the actor there and its own sandbox pool; the
+episodes are gathered, so that every process scores them all and computes
+the metrics a single process would, and each contributes its own rows to
+the learner's global batch. The sampling keys are those of the whole
+batch (`sampler.BatchPart`), so the episodes are the ones one process
+would sample, whatever the process count.
 
 Resume: the checkpoint holds both states and the iteration; the keys of
 iteration k are a function of the seed and k (`keys.ppo_iteration`), so a
@@ -72,8 +82,10 @@ from codeagent_rl.anticheat import monitors
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.models import hf_import
+from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import distributed
 from codeagent_rl.parallel import mesh as mesh_lib
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
@@ -246,6 +258,10 @@ class Learner:
     self.batch_sharding = sharding.batch_sharding(mesh, rules)
     self.replicated = jax.sharding.NamedSharding(
       mesh, jax.sharding.PartitionSpec()
+    )
+    # This process's rows of an iteration's batch (all, with one process).
+    self.process_rows = sharding.process_rows(
+      self.batch_sharding, exp.ppo.rollouts_per_iteration
     )
     num_micro = exp.ppo.rollouts_per_iteration // (
       exp.ppo.minibatches * exp.ppo.micro_batch_size
@@ -420,7 +436,16 @@ class Learner:
     return actor, critic if self.exp.uses_critic else None
 
   def shard(self, tree):
-    """Places host arrays on the mesh, split along the batch."""
+    """Places host arrays on the mesh, split along the batch.
+
+    Every process holds the whole batch (`score` gathers it) and sends the
+    rows its devices hold.
+    """
+    if jax.process_count() > 1:
+      rows = sharding.process_rows(
+        self.batch_sharding, len(jax.tree.leaves(tree)[0])
+      )
+      tree = jax.tree.map(lambda x: x[rows], tree)
     return sharding.shard_batch(tree, self.mesh, self.rules)
 
   def stopper(
@@ -458,9 +483,8 @@ class Learner:
   ) -> Collected:
     """Steps 1-2 of the module docstring: rollouts of `actor_params`, scored.
 
-    Thread-safe with respect to `learn`: it reads only `actor_params` and
-    `critic` (the stopper's; None when rollouts overlap an update), which
-    the caller keeps alive until it returns.
+    `rollouts`, then `score`. With several processes it takes steps
+    together with the others: call it from the main thread.
 
     Args:
       actor_params: the policy that samples (the behaviour policy).
@@ -470,34 +494,100 @@ class Learner:
       index: the iteration's 0-based index.
       value_only: value pre-training (no truncation).
     """
+    start = time.perf_counter()
+    # Value pre-training regresses on Monte-Carlo returns: no cuts there.
+    stopper = None if value_only else self.stopper(critic, index)
+    rollout = self.rollouts(
+      self.sampling_params(actor_params), prompts, rng, stopper=stopper
+    )
+    return self.score(rollout, start, stopper)
+
+  def sampling_params(self, actor_params: Any) -> Any:
+    """The actor params `rollouts` samples with: on this process's devices.
+
+    With one process, `actor_params` themselves; with several, a copy on
+    this process's block of the mesh (`distributed.host_copy`, a step all
+    processes take together), so that rollouts never wait on another
+    process.
+    """
+    return distributed.host_copy(actor_params)
+
+  def rollouts(
+    self,
+    actor_params: Any,
+    prompts: Sequence[schema.Task],
+    rng: dict[str, jax.Array],
+    *,
+    stopper: truncation.Stopper | None = None,
+  ) -> agent_loop.Rollout:
+    """This process's share of the rollouts of `prompts` (steps 1-2).
+
+    Thread-safe with respect to `learn`: it reads only `actor_params` and
+    the stopper's critic (None when rollouts overlap an update), which the
+    caller keeps alive until it returns, and takes no step with other
+    processes.
+
+    Args:
+      actor_params: the policy that samples, on this process's devices
+        (`sampling_params`).
+      prompts: the iteration's prompts (`data.iteration_prompts`).
+      rng: the iteration's keys (`keys.ppo_iteration`); "rollout" is used.
+      stopper: the adaptive-truncation hook (`stopper`), or None.
+
+    Returns:
+      The episodes of this process's rows of the batch (`process_rows`;
+      all of them with one process).
+    """
     if self.env is None or self.anticheat is None or self.cache_len is None:
       raise ValueError("Learner.collect needs env, anticheat and cache_len.")
-    start = time.perf_counter()
     samples = self.exp.ppo.samples_per_prompt
     tasks = [task for task in prompts for _ in range(samples)]
     groups = [g for g in range(len(prompts)) for _ in range(samples)]
+    rows, part = self.process_rows, None
+    if jax.process_count() > 1:
+      part = sampler_lib.BatchPart(rows.start, len(tasks))
+      tasks, groups = tasks[rows], groups[rows]
     policy = agent_loop.SamplerPolicy(
       self.sampler,
       {"params": actor_params},
       self.env.format,
       self.cache_len,
+      part=part,
     )
-    # Value pre-training regresses on Monte-Carlo returns: no cuts there.
-    stopper = None if value_only else self.stopper(critic, index)
     if self.exp.ppo.rollout_slots:
-      rollout = continuous.collect(
+      return continuous.collect(
         self.env,
         policy,
         tasks,
         groups,
         rng["rollout"],
-        slots=self.exp.ppo.rollout_slots,
+        slots=min(self.exp.ppo.rollout_slots, len(tasks)),
         stopper=stopper,
+        first_episode=rows.start,
       )
-    else:
-      rollout = agent_loop.collect(
-        self.env, policy, tasks, groups, rng["rollout"], stopper=stopper
-      )
+    return agent_loop.collect(
+      self.env, policy, tasks, groups, rng["rollout"], stopper=stopper
+    )
+
+  def score(
+    self,
+    rollout: agent_loop.Rollout,
+    start: float,
+    stopper: truncation.Stopper | None = None,
+  ) -> Collected:
+    """Step 3 on `rollouts`' episodes: every process's, scored.
+
+    With several processes the episodes are gathered first (a step all
+    processes take together: call it from the main thread), so that every
+    process holds the whole batch, in order, and the same rewards.
+
+    Args:
+      rollout: this process's episodes (`rollouts`).
+      start: when their collection started (`time.perf_counter()`).
+      stopper: the adaptive-truncation hook that ran, or None.
+    """
+    if jax.process_count() > 1:
+      rollout = agent_loop.concat(distributed.gather(rollout))
     anticheat_start = time.perf_counter()
     rewards, ac_scalars = self.anticheat.rollout_rewards(rollout.episodes)
     total = np.asarray(jax.device_get(rewards.total), np.float32)
@@ -723,7 +813,7 @@ class Learner:
         float(host["total"].flat[0]),
       )
     epoch_fn = self._epochs[train_actor]
-    rng = jax.device_put(rng, self.replicated)
+    rng = distributed.put_replicated(rng, self.replicated)
     parts = []
     with timer.phase("update"):
       epochs = [
@@ -828,7 +918,7 @@ def run_ppo(
   workdir: str | pathlib.Path,
   *,
   evaluator: eval_lib.Evaluator,
-  writer: metrics_lib.MetricsWriter,
+  writer: metrics_lib.MetricsWriter | metrics_lib.NullWriter,
   stop: Stop | None = None,
   iterations: int | None = None,
   console: Callable[[str], None] = print,
@@ -843,7 +933,8 @@ def run_ppo(
     workdir: checkpoints go to its `checkpoints/`; its metrics.jsonl is the
       history a resumed run's monitors read.
     evaluator: held-out pass@1.
-    writer: metrics.jsonl / TensorBoard writer.
+    writer: metrics.jsonl / TensorBoard writer (a `NullWriter` on the
+      processes other than process 0).
     stop: set `requested` to stop after the current iteration (SIGTERM
       does it when running in the main thread).
     iterations: stop after this many iterations in total (tests).
@@ -864,7 +955,9 @@ def run_ppo(
   paths = workdir_lib.Workdir(workdir)
   run_key = keys.ppo(exp.seed)
   actor, critic = learner.initial_states(sft_params, keys.ppo_init(exp.seed))
-  history = writer_history(paths.root)
+  # Process 0 writes metrics.jsonl (and its monitors' metrics); another
+  # process would read it while that one rewrites it.
+  history = writer_history(paths.root) if distributed.is_primary() else []
   watcher = monitors.Watcher(exp.monitors)
   last_eval: dict[str, float] = {}
   start_time = time.perf_counter()
@@ -897,10 +990,10 @@ def run_ppo(
         it_keys = keys.ppo_iteration(exp.seed, it)
         behaviour = None
         if pending is not None:
-          future, behaviour = pending
+          future, behaviour, started = pending
           pending = None
           with timer.phase("rollout_wait"):
-            collected = future.result()
+            collected = learner.score(future.result(), started)
         else:
           prompts = data_lib.iteration_prompts(
             train_tasks, exp.seed, it, exp.ppo.prompts_per_iteration
@@ -915,15 +1008,15 @@ def run_ppo(
           next_prompts = data_lib.iteration_prompts(
             train_tasks, exp.seed, it + 1, exp.ppo.prompts_per_iteration
           )
+          # Steps taken with the other processes (the host copy, the gather
+          # in `score`) stay in this thread; the thread only rolls out.
           future = executor.submit(
-            learner.collect,
-            snapshot,
-            None,
+            learner.rollouts,
+            learner.sampling_params(snapshot),
             next_prompts,
             keys.ppo_iteration(exp.seed, it + 1),
-            index=it + 1,
           )
-          pending = (future, snapshot)
+          pending = (future, snapshot, time.perf_counter())
         (actor, critic), metrics = learner.learn(
           (actor, critic),
           collected,

@@ -7,6 +7,14 @@ does both, a notebook can too. The workdir's layout is `workdir.py`'s.
 Running the same train job again in the same workdir resumes: the SFT
 checkpoint and its evaluation are reused, PPO continues from its newest
 checkpoint with the same data order and randomness.
+
+With several processes (`parallel/distributed.py`) every process runs the
+job on one workdir that all of them see (a shared file system, as orbax
+needs for checkpoints). They compute the same metrics and evaluations;
+process 0 alone writes the workdir's files and prints, while checkpoints
+are saved by all together. A process reads a file before any process can
+write it in this run (each write follows a step taken together), so all
+make the same decisions (resume, reuse of the SFT evaluation).
 """
 
 from __future__ import annotations
@@ -20,16 +28,18 @@ import time
 from typing import Any
 
 from absl import logging
+import jax
 import ml_collections
 
 from codeagent_rl import samples as samples_lib
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import distributed
 from codeagent_rl.parallel import transfers
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.sandbox import config as sandbox_config_lib
-from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import pools
 from codeagent_rl.tasks import schema
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import eval_job
@@ -166,17 +176,23 @@ def train_and_evaluate(
     The summary: pass@1 of the SFT model and the final one, paths, times.
   """
   start = time.perf_counter()
+  exp.check_process_count(jax.process_count())
+  primary = distributed.is_primary()
+  if not primary:  # process 0 prints what every process computes
+    console = _silent
   sandbox = exp.sandbox.apply(sandbox)
   paths = workdir_lib.Workdir(workdir)
   done_before = _latest_step(paths.checkpoints) or 0  # SFT leaves it alone
   _check_checkpoints(paths, exp.sft.steps, done_before)
   paths.root.mkdir(parents=True, exist_ok=True)
-  _write_json(paths.config, exp_lib.to_dict(exp))
+  if primary:
+    _write_json(paths.config, exp_lib.to_dict(exp))
   mesh, rules = exp.make_mesh()
   task_sets = data_lib.make_task_sets(exp.data, exp.seed)
-  # The held-out tasks beside the evaluation's samples: graded again with
-  # `python -m codeagent_rl.grade --tasks=... --samples=...`.
-  schema.write_tasks(paths.eval_tasks, task_sets.eval)
+  if primary:
+    # The held-out tasks beside the evaluation's samples: graded again with
+    # `python -m codeagent_rl.grade --tasks=... --samples=...`.
+    schema.write_tasks(paths.eval_tasks, task_sets.eval)
   fmt = exp.conversation
   critic = ""
   if exp.uses_critic and exp.critic_checkpoint_dir is not None:
@@ -191,7 +207,7 @@ def train_and_evaluate(
     f" sandbox {_sandbox_text(sandbox)}, workdir {paths.root}"
   )
   anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
-  with harness.open_pool(sandbox) as pool:
+  with pools.open_pool(sandbox) as pool:
     # Demonstrations and evaluation run without the pre-submit gate: every
     # submission runs, and the evaluation counts the ones stage 1 rejects
     # as unsolved afterwards.
@@ -223,10 +239,11 @@ def train_and_evaluate(
     sft_eval = _saved_sft_eval(paths.eval_sft, key)
     if sft_eval is None:
       sft_eval = evaluator(sft_params, keys.sft_eval(exp.seed))
-      _write_json(
-        paths.eval_sft,
-        {"key": key, "eval": sft_eval, "per_task": evaluator.last_per_task},
-      )
+      if primary:
+        _write_json(
+          paths.eval_sft,
+          {"key": key, "eval": sft_eval, "per_task": evaluator.last_per_task},
+        )
     console("SFT held-out: " + summary_lib.eval_line(sft_eval))
     cache_len = agent_loop.cache_len_for(
       exp.env, data_lib.longest_prompt(env, task_sets.train), fmt
@@ -243,9 +260,12 @@ def train_and_evaluate(
     if exp.ppo.reference_on_host:
       # Only the host copy stays: PPO's actor is made from it.
       sft_params = learner.ref_params
-    with metrics_lib.MetricsWriter(
-      str(paths.root), start_iteration=done_before
-    ) as writer:
+    writer = (
+      metrics_lib.MetricsWriter(str(paths.root), start_iteration=done_before)
+      if primary
+      else metrics_lib.NullWriter()
+    )
+    with writer:
       result = ppo_lib.run_ppo(
         learner,
         task_sets.train,
@@ -258,7 +278,7 @@ def train_and_evaluate(
         console=console,
       )
   final_eval = result.last_eval
-  if final_eval:
+  if final_eval and primary:
     _write_json(
       paths.eval_final,
       {
@@ -274,6 +294,8 @@ def train_and_evaluate(
         for episode in episodes
       ),
     )
+  # The others read what process 0 wrote (metrics, evaluations).
+  distributed.barrier("final evaluation written")
   records = ppo_lib.writer_history(paths.root)
   if not final_eval:  # resumed a finished run: nothing was evaluated
     final_eval = summary_lib.last_eval(records)
@@ -293,9 +315,14 @@ def train_and_evaluate(
     records,
   )
   summary["elapsed_s"] = round(time.perf_counter() - start, 1)
-  _write_json(paths.summary, summary)
+  if primary:
+    _write_json(paths.summary, summary)
   console(summary["table"])
   return summary
+
+
+def _silent(line: str) -> None:
+  del line
 
 
 JOBS = ("train", "evaluate")

@@ -27,6 +27,7 @@ import numpy as np
 from codeagent_rl.models import hf_import
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint as ckpt_lib
+from codeagent_rl.parallel import distributed
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.parallel import transfers
@@ -159,13 +160,17 @@ def run_sft(
       start = latest
       logging.info("SFT: resuming at step %d of %d", start, exp.sft.steps)
 
+    # Made here: `save` also runs under the training loop's mesh, where
+    # making a key would copy it to every device (an implicit transfer).
+    no_key = transfers.key(0)
+
     def save(actor, step, metrics):
       ckpt.save(
         ckpt_lib.TrainCheckpoint(
           actor=actor,
           critic=None,
           step=step,
-          rng=transfers.key(0),
+          rng=no_key,
           data_position={"metrics": metrics},
         ),
         force=True,
@@ -241,9 +246,12 @@ def _train(
   model = transformer.Actor(exp.model)
   tx = state_lib.make_optimizer(optim, optim.actor_lr)
   num_micro = 1
+  batch_sharding = sharding.batch_sharding(mesh, rules)
+  # The rows of each batch this process feeds (all, with one process).
+  mine = sharding.process_rows(batch_sharding, cfg.batch_size)
   step_fn = jax.jit(
     functools.partial(steps.sft_step, model=model, tx=tx, num_micro=num_micro),
-    in_shardings=(shardings, sharding.batch_sharding(mesh, rules), None),
+    in_shardings=(shardings, batch_sharding, None),
     out_shardings=(shardings, None),
     donate_argnums=(0,),
   )
@@ -260,14 +268,18 @@ def _train(
   t0 = time.perf_counter()
   window: list[dict[str, float]] = []
   metrics: dict[str, float] = {}
+  # Made before the mesh is set: under it, making a key on one device would
+  # copy it to every device (an implicit transfer).
+  step_keys = [keys.sft_step(exp.seed, step) for step in range(cfg.steps)]
   with sharding.axis_rules(mesh, rules):
     for step in range(start, cfg.steps):
       rows, width = next(batches)
+      rows = rows[mine]
       batch = {
         k: arrays[k][rows, :width] for k in ("tokens", "valid", "trainable")
       }
       batch = sharding.shard_batch(batch, mesh, rules)
-      rng = jax.device_put(keys.sft_step(exp.seed, step), replicated)
+      rng = distributed.put_replicated(step_keys[step], replicated)
       actor, out = step_fn(actor, batch, rng)
       window.append(out)
       done = step + 1

@@ -16,6 +16,7 @@ from typing import Any
 
 from absl import logging
 
+from codeagent_rl.parallel import distributed
 from codeagent_rl.tasks import schema
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import keys
@@ -85,7 +86,8 @@ def pretrain_value(
     ):
       logging.info("value pre-training: levelled off after %d rounds", k + 1)
       break
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-  tmp.replace(path)
+  if distributed.is_primary():  # the others computed the same rows
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
   return states

@@ -298,3 +298,40 @@ def test_submissions_are_graded_while_others_generate(env):
   )
   assert [e.stop_reason for e in out.episodes] == ["submit", "submit"]
   assert policy.budgets[1] == [0, ENV.max_tokens_per_turn]
+
+
+def test_concat_joins_parts_as_one_collect_would(env):
+  """Each process's share of a batch, joined, is the batch run at once."""
+  submit_good = f"<submit>{GOOD}</submit>"
+  scripts = [
+    [f"<run>{BAD}</run>", submit_good],
+    [submit_good],
+    [f"<submit>{BAD}</submit>"],
+  ]
+  tasks = [_task("a"), _task("b"), _task("c")]
+  key = jax.random.PRNGKey(0)
+  whole = agent_loop.collect(
+    env, ScriptedPolicy(scripts), tasks, [0, 0, 1], key
+  )
+  parts = [
+    agent_loop.collect(env, ScriptedPolicy(scripts[:1]), tasks[:1], [0], key),
+    agent_loop.collect(
+      env, ScriptedPolicy(scripts[1:]), tasks[1:], [0, 1], key
+    ),
+  ]
+  joined = agent_loop.concat(parts)
+  joined.batch.check()
+  for name in ("tokens", "trainable", "valid", "length", "truncated"):
+    np.testing.assert_array_equal(
+      getattr(joined.batch, name), getattr(whole.batch, name)
+    )
+  assert [e.task.task_id for e in joined.episodes] == ["a", "b", "c"]
+  assert [e.outcome.suite_a for e in joined.episodes] == [
+    e.outcome.suite_a for e in whole.episodes
+  ]
+  np.testing.assert_array_equal(joined.render_ok, whole.render_ok)
+  assert joined.timings == {
+    k: max(p.timings[k] for p in parts) for k in whole.timings
+  }
+  with pytest.raises(ValueError, match="no rollouts"):
+    agent_loop.concat([])

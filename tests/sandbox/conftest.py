@@ -16,6 +16,7 @@ import secrets
 import pytest
 
 from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import pools
 from tests.helpers import sandboxes
 
 # Set before any pool starts: a job must never see it (the pool passes an
@@ -52,7 +53,7 @@ def process_pool():
 def ray_gvisor_pool(ray_cluster):
   """TEST_CONFIG's gVisor sandbox behind one Ray actor, one job at a time."""
   del ray_cluster  # started by the fixture; the fleet joins it
-  with harness.open_pool(sandboxes.ray_config(TEST_CONFIG)) as pool:
+  with pools.open_pool(sandboxes.ray_config(TEST_CONFIG)) as pool:
     yield pool
 
 

@@ -19,6 +19,7 @@ from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import fleet
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
+from codeagent_rl.sandbox import pools
 from tests.helpers import sandboxes
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -31,7 +32,7 @@ PROCESS = dataclasses.replace(GVISOR, backend="process")
 def _fleet(ray_cluster, base=PROCESS, actors=2, in_flight=2, **overrides):
   del ray_cluster  # joined by the fleet
   config = sandboxes.ray_config(base, actors=actors, in_flight=in_flight)
-  return harness.open_pool(dataclasses.replace(config, **overrides))
+  return pools.open_pool(dataclasses.replace(config, **overrides))
 
 
 def _sleeper(index: int, seconds: float) -> jobs.Job:

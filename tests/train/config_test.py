@@ -146,6 +146,32 @@ def test_staleness_is_checked():
     experiment.Experiment.from_config(config)
 
 
+def test_split_over_processes_is_checked():
+  exp = experiment.Experiment.from_config(_smoke())
+  exp.check_process_count(1)
+  exp.check_process_count(2)  # 8 rollouts, SFT batches of 8
+  with pytest.raises(
+    experiment.SetupError, match=r"= 8 rollouts per iteration do not split"
+  ):
+    exp.check_process_count(3)
+  config = _smoke()
+  config.sft.batch_size = 4
+  config.ppo.prompts_per_iteration = 4
+  config.ppo.logprob_micro_batch_size = 16
+  with pytest.raises(
+    experiment.SetupError, match=r"config\.sft\.batch_size=4 does not split"
+  ):
+    experiment.Experiment.from_config(config).check_process_count(8)
+  config.sft.steps = 0  # no SFT: its batch is not split
+  experiment.Experiment.from_config(config).check_process_count(8)
+  config.rl.adaptive_truncation.enabled = True
+  config.env.max_turns = 4
+  exp = experiment.Experiment.from_config(config)
+  exp.check_process_count(1)
+  with pytest.raises(experiment.SetupError, match=r"runs on one process only"):
+    exp.check_process_count(2)
+
+
 def test_unknown_and_missing_sections_are_named():
   values = _smoke().to_dict()
   values["ppo_extra"] = {"epochs": 1}

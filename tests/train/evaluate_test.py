@@ -103,9 +103,11 @@ def test_slot_refill_evaluates_every_episode_once_and_greedy_as_lockstep(
   calls = []
   real = continuous.collect
 
-  def spy(env, policy, tasks, groups, rng, *, slots, stopper=None):
+  def spy(env, policy, tasks, groups, rng, *, slots, stopper=None, **kw):
     calls.append((len(tasks), slots))
-    return real(env, policy, tasks, groups, rng, slots=slots, stopper=stopper)
+    return real(
+      env, policy, tasks, groups, rng, slots=slots, stopper=stopper, **kw
+    )
 
   monkeypatch.setattr(continuous, "collect", spy)
   exp = _exp(2)

@@ -74,6 +74,7 @@ from codeagent_rl.envs import code_env
 from codeagent_rl.envs import protocol
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.sandbox import harness
+from codeagent_rl.sandbox import pools
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
@@ -442,7 +443,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(str(e)) from None
   tasks = hacks.synthetic_tasks(f.tasks_per_family, seed=f.seed)
   samples = [*hacks.corpus(tasks, seed=f.seed), *humaneval_samples(humaneval)]
-  with harness.open_pool(sandbox) as pool:
+  with pools.open_pool(sandbox) as pool:
     observations = play_observations(pool, samples, f.obs_max_bytes)
     try:
       solved_by_model, seen_by_model = model_samples(pool, f.model_runs)

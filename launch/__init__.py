@@ -1,0 +1,1 @@
+"""Launchers of `python -m codeagent_rl.main`: XManager and plain clusters."""

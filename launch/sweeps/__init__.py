@@ -1,0 +1,1 @@
+"""Sweeps: each module's `sweep()` yields dicts of config overrides."""
