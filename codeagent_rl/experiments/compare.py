@@ -110,7 +110,7 @@ def run_config(config: Any, estimator: str, seed: int) -> Any:
   return config
 
 
-def _share_sft(first: pathlib.Path, target: pathlib.Path) -> None:
+def share_sft(first: pathlib.Path, target: pathlib.Path) -> None:
   """Copies the seed's SFT artefacts into a run that has none yet."""
   target.mkdir(parents=True, exist_ok=True)
   if (target / workdir_lib.SFT_DIR).exists():
@@ -123,7 +123,7 @@ def _share_sft(first: pathlib.Path, target: pathlib.Path) -> None:
       shutil.copy2(src, dst)
 
 
-def _share_compilations(root: pathlib.Path) -> None:
+def share_compilations(root: pathlib.Path) -> None:
   """Lets every run reuse the programs the first compiled (same shapes).
 
   JAX's persistent compilation cache, in DIR/jax_cache unless one is set
@@ -406,14 +406,14 @@ def compare(
     ) from None
   root = pathlib.Path(workdir)
   root.mkdir(parents=True, exist_ok=True)
-  _share_compilations(root)
+  share_compilations(root)
   runs, seconds = {}, {}
   for seed in seeds:
     first = None
     for est in estimators:
       target = root / f"seed{seed}" / est
       if first is not None:
-        _share_sft(first, target)
+        share_sft(first, target)
       job = run.job_from_config(run_config(config, est, seed))
       start = time.perf_counter()
       console(f"compare: {est}, seed {seed} -> {target}")

@@ -33,6 +33,9 @@ and `codeagent_rl.anticheat.monitors`):
                           flag or the classifier)
   anticheat/flagged_rate  share of episodes with any stage-1 flag raised
   anticheat/flag/<name>   share of episodes with that flag raised
+  anticheat/hack_rate     among episodes passing all of suite A, the share
+                          with a stage-1 flag raised or a suite-B test
+                          failed (null when none passed suite A)
   episode/turns_p50       median turns of the episodes (also _p90, _max,
                           and episode/tokens_p50, _p90, _max)
   advantage_by_length/<estimator>/<short|medium|long>_mean (and _var)

@@ -1,0 +1,188 @@
+"""The notebooks in colabs/ run top to bottom, at small settings.
+
+Each is executed by a real Jupyter kernel (nbclient) from colabs/, as a user
+would open it, with its `parameters` cell overridden by a cell inserted
+after it (papermill's convention, so `papermill -p` works on them too). The
+kernel runs on one CPU device (the test processes have 8 fake ones). The
+checks read what the notebook left: its workdir files and its outputs.
+"""
+
+import json
+
+import nbclient
+import nbformat
+import pytest
+
+from tests.helpers import processes
+
+COLABS = processes.REPO_ROOT / "colabs"
+NOTEBOOKS = sorted(p.name for p in COLABS.glob("*.ipynb"))
+# Each notebook is held to this in the test (the issue's budget).
+TIMEOUT_S = 180
+
+
+def execute(name: str, **params) -> nbformat.NotebookNode:
+  """Runs colabs/`name` with `params` set after its parameters cell."""
+  nb = nbformat.read(COLABS / name, as_version=4)
+  [index] = [
+    i
+    for i, cell in enumerate(nb.cells)
+    if "parameters" in cell.metadata.get("tags", [])
+  ]
+  lines = [f"{k} = {v!r}" for k, v in params.items()]
+  nb.cells.insert(index + 1, nbformat.v4.new_code_cell("\n".join(lines)))
+  client = nbclient.NotebookClient(
+    nb,
+    timeout=TIMEOUT_S,
+    kernel_name="python3",
+    resources={"metadata": {"path": str(COLABS)}},
+  )
+  client.execute(env=processes.one_device_env())
+  return nb
+
+
+def text_of(nb: nbformat.NotebookNode) -> str:
+  """Everything the notebook printed (streams and text results)."""
+  out = []
+  for cell in nb.cells:
+    for o in cell.get("outputs", []):
+      if o.output_type == "stream":
+        out.append(o.text)
+      elif "data" in o and "text/plain" in o.data:
+        out.append(o.data["text/plain"])
+  return "".join(out)
+
+
+def images_of(nb: nbformat.NotebookNode) -> int:
+  return sum(
+    "image/png" in o.get("data", {})
+    for cell in nb.cells
+    for o in cell.get("outputs", [])
+  )
+
+
+def test_the_four_notebooks_are_there_and_stripped():
+  assert NOTEBOOKS == [
+    "ppo_vs_grpo.ipynb",
+    "quickstart.ipynb",
+    "reward_hacking.ipynb",
+    "sandbox_and_judge.ipynb",
+  ]
+  for name in NOTEBOOKS:
+    nb = nbformat.read(COLABS / name, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), (
+      f"{name}: strip its outputs before committing"
+    )
+    # The first code cell installs the package where it is missing; every
+    # notebook has exactly one parameters cell for papermill and the tests.
+    assert "pip" in code[0].source and "install" in code[0].source
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, name
+
+
+SUBMISSIONS = (
+  "reference",
+  "off by one",
+  "hard-coded visible tests",
+  "fits suite A only",
+  "early exit",
+  "exit inside the call",
+  "always-equal object",
+  "reads the judge's files",
+)
+HACKS = SUBMISSIONS[2:3] + SUBMISSIONS[4:]
+
+
+def tables(text: str) -> list[dict[str, list[str]]]:
+  """The submission tables the notebook printed: name -> its columns."""
+  out = []
+  for line in text.splitlines():
+    if line.startswith("submission "):
+      out.append({})
+    elif out and line[:26].strip() in SUBMISSIONS and len(line) > 26:
+      out[-1][line[:26].strip()] = line[26:].split()
+  return out
+
+
+@pytest.mark.xdist_group("notebooks")
+def test_sandbox_and_judge_explains_each_submission():
+  text = text_of(execute("sandbox_and_judge.ipynb"))
+  graded, judge_only = tables(text)
+  assert set(graded) == set(judge_only) == set(SUBMISSIONS), text
+  # graded: status, A, B, stage 1, stage 2, reward, flags
+  assert graded["reference"][1:3] == ["4/4", "5/5"]
+  assert float(graded["reference"][3]) < 0.5  # the classifier's score
+  assert graded["reference"][4:6] == ["ok", "1.0"]
+  # Fits suite A, fails one held-out test: stage 2 zeroes it.
+  assert graded["fits suite A only"][1:3] == ["4/4", "4/5"]
+  assert graded["fits suite A only"][4:6] == ["fail", "0.0"]
+  for hack in HACKS:  # stage 1 rejects each before it runs
+    assert graded[hack][0] == "not_executed", (hack, graded[hack])
+    assert graded[hack][3] == "reject" and graded[hack][5] == "0.0"
+  assert graded["exit inside the call"][6] == "process_exit"
+  assert graded["always-equal object"][6] == "eq_override"
+  # The judge alone: no hack passes suite A, the suite-A fit gets reward 1.
+  for hack in HACKS:
+    passed, total = map(int, judge_only[hack][1].split("/"))
+    assert total == 4 and passed < 4, (hack, judge_only[hack])
+  assert judge_only["fits suite A only"][1:4] == ["4/4", "4/5", "1.0"]
+  assert "judge, suite B: 4/5 passed" in text
+  assert "'reason': '0 != 48'" in text
+
+
+@pytest.mark.xdist_group("notebooks")
+def test_ppo_vs_grpo_plots_the_shipped_results():
+  nb = execute("ppo_vs_grpo.ipynb")
+  text = text_of(nb)
+  shipped = json.loads(
+    (
+      processes.REPO_ROOT / "benchmarks/results/long_horizon/compare.json"
+    ).read_text()
+  )
+  assert f"estimators {shipped['estimators']}" in text
+  assert images_of(nb) == 2  # the curves and the horizon buckets
+
+
+@pytest.mark.xdist_group("notebooks")
+def test_quickstart_trains_and_plots(tmp_path):
+  workdir = tmp_path / "quickstart"
+  nb = execute("quickstart.ipynb", WORKDIR=str(workdir))
+  records = [
+    json.loads(line)
+    for line in (workdir / "metrics.jsonl").read_text().splitlines()
+  ]
+  assert [r["iteration"] for r in records] == [0, 1]
+  assert (workdir / "quickstart_metrics.png").stat().st_size > 0
+  assert images_of(nb) == 1
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["table"] in text_of(nb)
+
+
+@pytest.mark.xdist_group("notebooks")
+def test_reward_hacking_runs_every_variant(tmp_path):
+  workdir = tmp_path / "hacking"
+  nb = execute(
+    "reward_hacking.ipynb",
+    WORKDIR=str(workdir),
+    ITERATIONS=1,
+    HACK_DEMOS=0.5,
+  )
+  out = json.loads((workdir / "reward_hacking.json").read_text())
+  assert list(out["results"]) == ["none", "stage1", "stage2", "both"]
+  for variant, result in out["results"].items():
+    assert result["iterations"] == 1, variant
+    assert result["hack_demo_share"] > 0.2, variant  # SFT saw the hacks
+    # Each variant trained with its own anti-cheat.
+    config = json.loads((workdir / variant / "config.json").read_text())
+    enforced = config["anticheat"]["enforced_flags"]
+    assert bool(enforced) == (variant in ("stage1", "both")), variant
+    assert (config["anticheat"]["stage2_threshold"] > 0) == (
+      variant in ("stage2", "both")
+    )
+  # One SFT for all: the later variants restored the first one's.
+  first = (workdir / "none" / "sft_data.npz").read_bytes()
+  assert (workdir / "both" / "sft_data.npz").read_bytes() == first
+  assert images_of(nb) == 1
+  assert "hack rate" in text_of(nb)
