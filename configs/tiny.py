@@ -235,6 +235,11 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   data.probe_scan = 0.3
   data.probe_give_up = 0.15
   data.probe_off_by_one = 0.1
+  # Data isolation before SFT (codeagent_rl/tasks/isolation.py): whether
+  # the hidden and held-out tests of the train and held-out tasks appear in
+  # the rendered demonstrations. "error" stops the run, "warn" prints it;
+  # the report goes to WORKDIR/isolation.json either way. "off": no check.
+  data.isolation = "error"
   return data
 
 

@@ -85,7 +85,10 @@ def slurm_script(
     lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
   lines += [
     "set -euo pipefail",
-    'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+    # The whole list is read (no `| head`: under pipefail, scontrol killed
+    # by SIGPIPE would fail the script).
+    'nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
+    'head="${nodes[0]}"',
     f'export {COORDINATOR}="$head:{port}"',
     # Each task reads its own index at run time: the inner command is
     # quoted whole, so that its variables expand in the task's shell.

@@ -18,6 +18,8 @@ from codeagent_rl.tasks import synthetic
 
 # Task generators of `config.data.generator`.
 GENERATORS = ("synthetic", "probes")
+# What a leak found by the data-isolation check before SFT does.
+ISOLATION_MODES = ("error", "warn", "off")
 
 
 def _int_at_least(section: str, obj: Any, names: tuple[str, ...], low: int):
@@ -74,6 +76,9 @@ class DataConfig:
     probe_scan: probability of a long `scan` demonstration.
     probe_give_up: probability of a flawed early `give_up` demonstration.
     probe_off_by_one: probability of a flawed `off_by_one` demonstration.
+    isolation: the data-isolation check of the SFT data before SFT
+      (`tasks/isolation.py`): "error" (a leak stops the run), "warn" (it
+      is reported) or "off".
   """
 
   train_tasks: str | None
@@ -93,6 +98,7 @@ class DataConfig:
   probe_scan: float
   probe_give_up: float
   probe_off_by_one: float
+  isolation: str
 
   def __post_init__(self):
     for name in ("train_tasks", "eval_tasks", "demonstrations"):
@@ -115,6 +121,11 @@ class DataConfig:
     object.__setattr__(
       self, "difficulty_weights", tuple(self.difficulty_weights)
     )
+    if self.isolation not in ISOLATION_MODES:
+      raise ValueError(
+        f"config.data.isolation={self.isolation!r}: must be one of"
+        f" {ISOLATION_MODES}."
+      )
     if self.generator not in GENERATORS:
       raise ValueError(
         f"config.data.generator={self.generator!r}: must be one of"

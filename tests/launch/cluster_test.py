@@ -59,10 +59,13 @@ def _groups(text: str) -> list[tuple[str, int, int]]:
 def test_slurm_script_gives_each_task_its_process_id(tmp_path):
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
-  # scontrol expands the node list; srun starts one task per node.
+  # scontrol expands the node list (long: a script that stops reading it
+  # early kills scontrol with SIGPIPE, fatal under pipefail); srun starts
+  # one task per node.
   _script(
     bin_dir / "scontrol",
-    'test "$1 $2" = "show hostnames" && printf "node-a\\nnode-b\\n"\n',
+    'test "$1 $2" = "show hostnames" || exit 1\n'
+    'printf "node-a\\nnode-b\\n"; seq -f "node-%g" 3 20000\n',
   )
   _script(
     bin_dir / "srun",

@@ -306,7 +306,12 @@ def test_sharded_step_equals_unsharded(mesh8, states8):
   final1, metrics1 = run_steps(mesh1, actor1, critic1)
   for m8, m1 in zip(metrics8, metrics1, strict=True):
     chex.assert_trees_all_close(m8, m1, rtol=1e-5)
-  chex.assert_trees_all_close(final8, final1, atol=1e-5, rtol=0)
+  # The 8-way sums round differently from the 1-way ones; Adam divides
+  # each gradient by its own running scale, so a rounding difference in a
+  # small gradient shows at the learning rate's scale in its parameter.
+  # Measured: at most 1.1e-5 on one of 24576 entries (on one CPU model;
+  # exactly within 1e-5 on another).
+  chex.assert_trees_all_close(final8, final1, atol=5e-5, rtol=0)
   # The steps moved every parameter by more than the tolerance.
   for model in (0, 1):
     for (path, a), b in zip(
