@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import pathlib
+from typing import Any
 
 from absl import logging
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import distributed
 from codeagent_rl.rollout import demos
+from codeagent_rl.tasks import isolation
 from codeagent_rl.tasks import probes
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
@@ -247,6 +249,106 @@ def sft_arrays(
     np.savez(tmp, fingerprint=np.asarray(fingerprint), **arrays)
     os.replace(tmp, path)
   return arrays
+
+
+def check_isolation(
+  mode: str,
+  arrays: dict[str, np.ndarray],
+  fmt: Any,
+  task_sets: TaskSets,
+  workdir: str | os.PathLike[str],
+) -> isolation.Report | None:
+  """The data-isolation check of the rendered demonstrations, before SFT.
+
+  Looks for the hidden and held-out tests of every train and held-out task
+  in the text SFT trains on (each demonstration decoded: prompt, actions
+  and observations), exactly and by n-gram containment
+  (`tasks/isolation.py`). Reference solutions are not checked: the
+  demonstrations of a train task submit its reference by design. The
+  report goes to the workdir's isolation.json (process 0 writes it).
+
+  Args:
+    mode: `config.data.isolation`: "error", "warn" or "off".
+    arrays: `sft_arrays`' output.
+    fmt: the conversation format (`decode`).
+    task_sets: the run's tasks.
+    workdir: the run directory.
+
+  Returns:
+    The report, or None with mode "off".
+
+  Raises:
+    IsolationError: mode "error" and a task's tests appear in the data;
+      the message names the tasks and the report.
+  """
+  if mode == "off":
+    return None
+  texts = [
+    fmt.decode(np.asarray(row)[np.asarray(valid, bool)].tolist())
+    for row, valid in zip(arrays["tokens"], arrays["valid"], strict=True)
+  ]
+  corpus = isolation.Corpus.from_texts(texts, name="the SFT demonstrations")
+  tasks, public = _without_public_tests([*task_sets.train, *task_sets.eval])
+  report = isolation.check(tasks, corpus, check_reference=False)
+  path = workdir_lib.Workdir(workdir).isolation
+  if distributed.is_primary():
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    saved = {**report.to_json(), "public_tests_not_checked": public}
+    tmp.write_text(json.dumps(saved, indent=1) + "\n")
+    os.replace(tmp, path)
+  if report.leaks and mode == "error":
+    ids = [r.task_id for r in report.leaks]
+    shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+    raise IsolationError(
+      f"{report.summary()}: the hidden or held-out tests of {len(ids)}"
+      f" task(s) ({shown}) appear in the SFT data; see {path}. Remove them"
+      " from the demonstrations, or set --config.data.isolation=warn to"
+      " train anyway."
+    )
+  return report
+
+
+def _without_public_tests(
+  tasks: Sequence[schema.Task],
+) -> tuple[list[schema.Task], int]:
+  """`tasks` without the hidden and held-out tests some prompt shows.
+
+  A test whose assertion (`f(args) == expected`) is a visible test of any
+  task of the run is public by the task set's design: the demonstrations
+  of that task show it, which is no leak. Measured on the synthetic
+  families: 24 of 56 smoke tasks had such a held-out test (another task
+  of the family with the same value there, e.g. clamp(-7) == -3).
+
+  Returns:
+    (the tasks with those tests left out, how many were left out).
+  """
+  public = {
+    isolation.assertion_text(t.entry_point, v)
+    for t in tasks
+    if t.kind == "function"
+    for v in t.visible_tests
+  }
+  out, dropped = [], 0
+  for task in tasks:
+    if task.kind != "function":
+      out.append(task)
+      continue
+    kept = {}
+    for name in isolation.CHECKED_SUITES:
+      suite = getattr(task, name)
+      kept[name] = tuple(
+        t
+        for t in suite
+        if isolation.assertion_text(task.entry_point, t) not in public
+      )
+      dropped += len(suite) - len(kept[name])
+    out.append(dataclasses.replace(task, **kept))
+  return out, dropped
+
+
+class IsolationError(exp_lib.SetupError):
+  """Hidden or held-out tests appear in the SFT data (`check_isolation`)."""
 
 
 def _render(

@@ -218,6 +218,13 @@ def train_and_evaluate(
     arrays = None
     if exp.sft.steps:
       arrays = data_lib.sft_arrays(env, task_sets, paths.root)
+      report = data_lib.check_isolation(
+        exp.data.isolation, arrays, fmt, task_sets, paths.root
+      )
+      if report is not None:
+        console(report.summary())
+        if report.leaks:  # "warn": "error" raised before
+          console("\n".join(["WARNING: leaking tasks:", *report.table()]))
     t0 = time.perf_counter()
     sft_params, sft_metrics = sft_lib.run_sft(
       exp, arrays, paths.root, mesh, rules

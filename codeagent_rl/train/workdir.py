@@ -2,6 +2,7 @@
 
   config.json          the validated experiment (`CONFIG`)
   sft_data.npz         rendered demonstrations, a cache (`SFT_DATA`)
+  isolation.json       the data-isolation check of those demonstrations
   sft/                 the SFT checkpoint: PPO's start and KL reference
   checkpoints/         PPO checkpoints; a resume picks up the newest
   metrics.jsonl        one JSON object per PPO iteration
@@ -26,6 +27,7 @@ import pathlib
 
 CONFIG = "config.json"
 SFT_DATA = "sft_data.npz"
+ISOLATION = "isolation.json"
 SFT_DIR = "sft"
 PPO_DIR = "checkpoints"
 METRICS = "metrics.jsonl"
@@ -52,6 +54,7 @@ class Workdir:
     self.root = pathlib.Path(root)
     self.config = self.root / CONFIG
     self.sft_data = self.root / SFT_DATA
+    self.isolation = self.root / ISOLATION
     self.sft = self.root / SFT_DIR
     self.checkpoints = self.root / PPO_DIR
     self.metrics = self.root / METRICS

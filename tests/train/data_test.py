@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import json
 import threading
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from codeagent_rl.envs import code_env
 from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.sandbox import harness
+from codeagent_rl.tasks import isolation
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from codeagent_rl.train import data as data_lib
@@ -221,3 +223,47 @@ def test_a_bad_plans_file_is_named(tmp_path, line, match):
   exp = exp_lib.Experiment.from_config(config)
   with pytest.raises(data_lib.TaskFileError, match=match):
     data_lib.make_task_sets(exp.data, exp.seed)
+
+
+def test_isolation_finds_tests_planted_in_the_demonstrations(setup, tmp_path):
+  exp, task_sets, pool = setup
+  env = code_env.CodeEnv(pool, exp.conversation, exp.env)
+  fmt = exp.conversation
+  # The real demonstrations use visible tests only: no leak.
+  clean = data_lib.sft_arrays(env, task_sets, tmp_path / "clean")
+  report = data_lib.check_isolation(
+    "error", clean, fmt, task_sets, tmp_path / "clean"
+  )
+  assert report.leaks == []
+  assert len(report.results) == len(task_sets.train) + len(task_sets.eval)
+  saved = json.loads((tmp_path / "clean" / workdir_lib.ISOLATION).read_text())
+  assert saved["leaks"] == [] and saved["tasks"] == len(report.results)
+  # Held-out tests that are another task's visible test (same family, same
+  # value there) are public, not checked: the smoke tasks have some.
+  assert saved["public_tests_not_checked"] > 0
+  # A demonstration whose `<run>` asserts a hidden test of a held-out task.
+  target = task_sets.eval[0]
+  hidden = target.hidden_tests[0]
+  plan = task_sets.plans[0]
+  leaky = dataclasses.replace(
+    plan,
+    actions=(
+      ("run", "assert " + isolation.assertion_text(target.entry_point, hidden)),
+      *plan.actions,
+    ),
+  )
+  planted = dataclasses.replace(task_sets, plans=[leaky, *task_sets.plans[1:]])
+  arrays = data_lib.sft_arrays(env, planted, tmp_path / "leak")
+  with pytest.raises(data_lib.IsolationError, match=target.task_id) as e:
+    data_lib.check_isolation("error", arrays, fmt, planted, tmp_path / "leak")
+  assert isinstance(e.value, exp_lib.SetupError)  # main prints one line
+  assert "--config.data.isolation=warn" in str(e.value)
+  report = data_lib.check_isolation(
+    "warn", arrays, fmt, planted, tmp_path / "leak"
+  )
+  [leak] = report.leaks
+  assert leak.task_id == target.task_id
+  assert leak.suites["hidden_tests"].found == (0,)
+  saved = json.loads((tmp_path / "leak" / workdir_lib.ISOLATION).read_text())
+  assert saved["leaks"] == [target.task_id]
+  assert data_lib.check_isolation("off", arrays, fmt, planted, tmp_path) is None
