@@ -204,27 +204,42 @@ def _mean(values: Sequence[Any]) -> float | None:
 
 
 def plot(results: dict[str, dict[str, Any]], out: pathlib.Path) -> str:
-  """Writes the hack-rate and held-out pass@1 curves; returns the path."""
+  """Writes the hack-rate, flag-rate and pass@1 curves; returns the path.
+
+  Variants that trained alike (a stage that never changed a reward) draw
+  the same curve: each variant has its own line style so that all stay
+  visible.
+  """
   import matplotlib  # noqa: PLC0415 (an optional dependency: plots only)
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415
 
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for variant, result in results.items():
-    rates = np.asarray(
-      [np.nan if v is None else v for v in result["curves"][CURVES[0]]],
-      np.float64,
-    )
-    axes[0].plot(np.arange(1, len(rates) + 1), rates, marker="o", label=variant)
+  styles = ("-", "--", ":", "-.")
+  markers = ("o", "s", "^", "x")
+  fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+  for i, (variant, result) in enumerate(results.items()):
+    style = {
+      "linestyle": styles[i % len(styles)],
+      "marker": markers[i % len(markers)],
+      "label": variant,
+    }
+    for ax, key in zip(axes[:2], CURVES[:2], strict=True):
+      values = np.asarray(
+        [np.nan if v is None else v for v in result["curves"][key]],
+        np.float64,
+      )
+      ax.plot(np.arange(1, len(values) + 1), values, **style)
     points = result["evals"][EVAL_KEYS[0]] or result["evals"][EVAL_KEYS[1]]
     if points:
       xs, ys = zip(*points, strict=True)
-      axes[1].plot(xs, ys, marker="o", label=variant)
-  axes[0].set_xlabel("PPO iteration")
-  axes[0].set_ylabel("hack rate among suite-A passes (training)")
-  axes[1].set_xlabel("PPO iterations done (0: SFT)")
-  axes[1].set_ylabel("held-out pass@1, suites A and B")
+      axes[2].plot(xs, ys, **style)
+  axes[0].set_ylabel("hack rate among suite-A passes")
+  axes[1].set_ylabel("share of episodes with a stage-1 flag")
+  for ax in axes[:2]:
+    ax.set_xlabel("PPO iteration (training rollouts)")
+  axes[2].set_xlabel("PPO iterations done (0: SFT)")
+  axes[2].set_ylabel("held-out pass@1, suites A and B (greedy)")
   for ax in axes:
     ax.legend()
   fig.tight_layout()
