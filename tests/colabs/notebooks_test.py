@@ -8,11 +8,15 @@ checks read what the notebook left: its workdir files and its outputs.
 """
 
 import json
+import os
+import pathlib
+import shutil
 
 import nbclient
 import nbformat
 import pytest
 
+from codeagent_rl.sandbox import harness
 from tests.helpers import processes
 
 COLABS = processes.REPO_ROOT / "colabs"
@@ -21,8 +25,11 @@ NOTEBOOKS = sorted(p.name for p in COLABS.glob("*.ipynb"))
 TIMEOUT_S = 180
 
 
-def execute(name: str, **params) -> nbformat.NotebookNode:
-  """Runs colabs/`name` with `params` set after its parameters cell."""
+def execute(name: str, env=None, **params) -> nbformat.NotebookNode:
+  """Runs colabs/`name` with `params` set after its parameters cell.
+
+  `env`: the kernel's environment (default: one CPU device).
+  """
   nb = nbformat.read(COLABS / name, as_version=4)
   [index] = [
     i
@@ -37,7 +44,7 @@ def execute(name: str, **params) -> nbformat.NotebookNode:
     kernel_name="python3",
     resources={"metadata": {"path": str(COLABS)}},
   )
-  client.execute(env=processes.one_device_env())
+  client.execute(env=env or processes.one_device_env())
   return nb
 
 
@@ -130,6 +137,39 @@ def test_sandbox_and_judge_explains_each_submission():
   assert judge_only["fits suite A only"][1:4] == ["4/4", "4/5", "1.0"]
   assert "judge, suite B: 4/5 passed" in text
   assert "'reason': '0 != 48'" in text
+
+
+@pytest.mark.xdist_group("notebooks")
+def test_without_gvisor_the_process_backend_is_used_and_says_so(tmp_path):
+  """A laptop or Colab: no runsc on the PATH."""
+  assert shutil.which("runsc") is not None  # CI installs it
+  env = processes.one_device_env()
+  # Each PATH directory that has runsc (/usr/bin, and /bin where it links
+  # there) is replaced by a copy of links to everything else it holds.
+  dirs = []
+  for i, d in enumerate(env["PATH"].split(os.pathsep)):
+    if d and (pathlib.Path(d) / "runsc").exists():
+      copy = tmp_path / f"bin{i}"
+      copy.mkdir()
+      for entry in pathlib.Path(d).iterdir():
+        if entry.name != "runsc":
+          (copy / entry.name).symlink_to(entry)
+      d = str(copy)
+    dirs.append(d)
+  env["PATH"] = os.pathsep.join(dirs)
+  assert shutil.which("runsc", path=env["PATH"]) is None
+  nb = execute("sandbox_and_judge.ipynb", env=env)
+  text = text_of(nb)
+  assert "sandbox backend: process" in text
+  assert "WARNING: gVisor's runsc is missing" in text
+  [warning] = [
+    line
+    for line in harness.PROCESS_BACKEND_WARNING.splitlines()
+    if line.startswith("WARNING")
+  ]
+  assert warning in text  # the harness's own warning, shown in the notebook
+  graded, _ = tables(text)
+  assert graded["reference"][5] == "1.0"  # it still grades
 
 
 @pytest.mark.xdist_group("notebooks")
