@@ -887,6 +887,7 @@ def check(
   threshold: float = DEFAULT_THRESHOLD,
   check_tests: bool = True,
   check_reference: bool = True,
+  public: frozenset[str] | set[str] = frozenset(),
 ) -> Report:
   """Checks each task's suites A and B and reference against `corpus`.
 
@@ -896,6 +897,9 @@ def check(
     threshold: containment in (0, 1] at or above which a task leaks.
     check_tests: check `hidden_tests` and `heldout_tests`.
     check_reference: check `reference_solution`.
+    public: assertion texts (`assertion_text`) of function tests that are
+      public (e.g. another task's visible test): such a test is counted
+      as skipped, neither searched nor part of its suite's containment.
 
   Returns:
     The report, one result per task in order.
@@ -919,6 +923,13 @@ def check(
     for name in CHECKED_SUITES if check_tests else ():
       stream, skipped = [], 0
       for j, test in enumerate(getattr(task, name)):
+        if (
+          task.kind == "function"
+          and public
+          and assertion_text(task.entry_point, test) in public
+        ):
+          skipped += 1
+          continue
         tokens, checked = _test_needles(matcher, task, test, len(targets))
         targets.append((ti, name, j))
         stream += tokens

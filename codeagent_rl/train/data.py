@@ -288,13 +288,14 @@ def check_isolation(
     for row, valid in zip(arrays["tokens"], arrays["valid"], strict=True)
   ]
   corpus = isolation.Corpus.from_texts(texts, name="the SFT demonstrations")
-  tasks, public = _without_public_tests([*task_sets.train, *task_sets.eval])
-  report = isolation.check(tasks, corpus, check_reference=False)
+  tasks = [*task_sets.train, *task_sets.eval]
+  public, skipped = _public_tests(tasks)
+  report = isolation.check(tasks, corpus, check_reference=False, public=public)
   path = workdir_lib.Workdir(workdir).isolation
   if distributed.is_primary():
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    saved = {**report.to_json(), "public_tests_not_checked": public}
+    saved = {**report.to_json(), "public_tests_not_checked": skipped}
     tmp.write_text(json.dumps(saved, indent=1) + "\n")
     os.replace(tmp, path)
   if report.leaks and mode == "error":
@@ -309,42 +310,30 @@ def check_isolation(
   return report
 
 
-def _without_public_tests(
-  tasks: Sequence[schema.Task],
-) -> tuple[list[schema.Task], int]:
-  """`tasks` without the hidden and held-out tests some prompt shows.
+def _public_tests(tasks: Sequence[schema.Task]) -> tuple[frozenset[str], int]:
+  """Assertions some prompt shows, and how many hidden/held-out tests are one.
 
   A test whose assertion (`f(args) == expected`) is a visible test of any
   task of the run is public by the task set's design: the demonstrations
   of that task show it, which is no leak. Measured on the synthetic
   families: 24 of 56 smoke tasks had such a held-out test (another task
-  of the family with the same value there, e.g. clamp(-7) == -3).
-
-  Returns:
-    (the tasks with those tests left out, how many were left out).
+  of the family with the same value there, e.g. clamp(-7) == -3), and
+  some tasks have every hidden test public.
   """
-  public = {
+  public = frozenset(
     isolation.assertion_text(t.entry_point, v)
     for t in tasks
     if t.kind == "function"
     for v in t.visible_tests
-  }
-  out, dropped = [], 0
-  for task in tasks:
-    if task.kind != "function":
-      out.append(task)
-      continue
-    kept = {}
-    for name in isolation.CHECKED_SUITES:
-      suite = getattr(task, name)
-      kept[name] = tuple(
-        t
-        for t in suite
-        if isolation.assertion_text(task.entry_point, t) not in public
-      )
-      dropped += len(suite) - len(kept[name])
-    out.append(dataclasses.replace(task, **kept))
-  return out, dropped
+  )
+  count = sum(
+    isolation.assertion_text(t.entry_point, x) in public
+    for t in tasks
+    if t.kind == "function"
+    for name in isolation.CHECKED_SUITES
+    for x in getattr(t, name)
+  )
+  return public, count
 
 
 class IsolationError(exp_lib.SetupError):

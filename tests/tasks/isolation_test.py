@@ -481,3 +481,36 @@ def test_synthetic_tests_do_not_leak_into_train_demonstrations(tmp_path):
   # The plans do hold the train references (single_turn submits them).
   report = isolation.check(train, corpus, check_tests=False)
   assert all(r.reference.exact for r in report.results)
+
+
+def test_public_tests_are_skipped_not_searched():
+  task = schema.Task(
+    task_id="t",
+    prompt="p",
+    entry_point="scale",
+    kind="function",
+    visible_tests=({"args": [1], "expected": 3},),
+    hidden_tests=(
+      {"args": [12345], "expected": 37035},
+      {"args": [67890], "expected": 203670},
+    ),
+    heldout_tests=({"args": [-4242], "expected": -12726},),
+    reference_solution="def scale(x):\n  return 3 * x\n",
+    metadata={},
+  )
+  text = "assert scale(12345) == 37035\nassert scale(67890) == 203670\n"
+  corpus = isolation.Corpus.from_texts([text])
+  [found] = isolation.check([task], corpus, check_reference=False).results
+  assert found.leak and found.suites["hidden_tests"].found == (0, 1)
+  public = {isolation.assertion_text("scale", task.hidden_tests[0])}
+  [result] = isolation.check(
+    [task], corpus, check_reference=False, public=public
+  ).results
+  hidden = result.suites["hidden_tests"]
+  assert hidden.skipped == 1
+  assert hidden.found == (1,)  # the other one is still found
+  public.add(isolation.assertion_text("scale", task.hidden_tests[1]))
+  [clean] = isolation.check(
+    [task], corpus, check_reference=False, public=public
+  ).results
+  assert not clean.leak and clean.suites["hidden_tests"].skipped == 2

@@ -267,3 +267,28 @@ def test_isolation_finds_tests_planted_in_the_demonstrations(setup, tmp_path):
   saved = json.loads((tmp_path / "leak" / workdir_lib.ISOLATION).read_text())
   assert saved["leaks"] == [target.task_id]
   assert data_lib.check_isolation("off", arrays, fmt, planted, tmp_path) is None
+
+
+def test_tests_shown_by_another_prompt_are_public(setup, tmp_path):
+  """Every hidden test of a task is another task's visible test: no leak."""
+  exp, task_sets, pool = setup
+  env = code_env.CodeEnv(pool, exp.conversation, exp.env)
+  target = task_sets.eval[0]
+  shows = dataclasses.replace(
+    target,
+    task_id="shows-them",
+    visible_tests=target.hidden_tests + target.heldout_tests,
+  )
+  sets = dataclasses.replace(task_sets, eval=(*task_sets.eval, shows))
+  arrays = data_lib.sft_arrays(env, sets, tmp_path)
+  report = data_lib.check_isolation(
+    "error", arrays, exp.conversation, sets, tmp_path
+  )
+  result = next(r for r in report.results if r.task_id == target.task_id)
+  suites = result.suites
+  assert suites["hidden_tests"].skipped == len(target.hidden_tests)
+  assert suites["heldout_tests"].skipped == len(target.heldout_tests)
+  saved = json.loads((tmp_path / workdir_lib.ISOLATION).read_text())
+  assert saved["public_tests_not_checked"] >= 2 * (
+    len(target.hidden_tests) + len(target.heldout_tests)
+  )
