@@ -89,9 +89,25 @@ def requirements(
   return xm.JobRequirements(**resources)
 
 
+def _xmanager():
+  """XManager's (xm, xm_local) modules.
+
+  Raises:
+    sweep_lib.SweepError: XManager is not installed (the `launch` extra).
+  """
+  try:
+    from xmanager import xm  # noqa: PLC0415 (the launch extra)
+    from xmanager import xm_local  # noqa: PLC0415
+  except ImportError as e:
+    raise sweep_lib.SweepError(
+      f"XManager is not installed ({e}): pip install -e '.[launch]'."
+    ) from None
+  return xm, xm_local
+
+
 def executor_for(kind: str, reqs):
   """(executor, executor spec) of `kind`."""
-  from xmanager import xm_local  # noqa: PLC0415 (the launch extra)
+  _, xm_local = _xmanager()
 
   if kind == "local":
     return xm_local.Local(requirements=reqs), xm_local.Local.Spec()
@@ -121,9 +137,7 @@ def launch(
   Raises:
     sweep_lib.SweepError: a bad sweep or override, before any launch.
   """
-  from xmanager import xm  # noqa: PLC0415 (the launch extra)
-  from xmanager import xm_local  # noqa: PLC0415
-
+  xm, xm_local = _xmanager()
   items = sweep_lib.load_sweep(sweep_path)
   sweep_lib.check_overrides(config, items)
   reqs = requirements(xm, cpu, memory_gb, accelerator, accelerator_count)

@@ -139,3 +139,22 @@ def test_an_unknown_accelerator_stops_the_launch(experiments):
       accelerator_count=0,
     )
   assert experiments == []
+
+
+def test_without_xmanager_the_launch_says_what_to_install(monkeypatch):
+  import builtins  # noqa: PLC0415
+
+  real = builtins.__import__
+
+  def no_xmanager(name, *args, **kwargs):
+    if name.startswith("xmanager"):
+      raise ImportError(f"No module named {name!r}")
+    return real(name, *args, **kwargs)
+
+  monkeypatch.setattr(builtins, "__import__", no_xmanager)
+  with pytest.raises(
+    sweep_lib.SweepError, match=r"pip install -e '\.\[launch\]'"
+  ):
+    launch_xm.launch(
+      "configs/tiny.py", str(SWEEPS / "learning_rates.py"), "local", "/tmp/r"
+    )
