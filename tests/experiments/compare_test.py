@@ -102,6 +102,17 @@ def test_run_seconds_add_up_over_resumed_calls(tmp_path):
   assert compare.add_run_seconds(tmp_path, 1.0) == 1.0
 
 
+# The smallest run that still has every stage: the smoke model's episodes
+# are noise, so few and short ones.
+SMOKE = [
+  "--config=configs/long_horizon.py:smoke",
+  "--config.ppo.iterations=1",
+  "--config.env.max_turns=3",
+  "--config.data.num_train_tasks=8",
+  "--config.data.num_eval_tasks=4",
+]
+
+
 def test_smoke_comparison_writes_table_and_plots(tmp_path):
   # One device, as a user runs it (the tests' 8 fake devices would need
   # batches divisible by 8).
@@ -110,13 +121,7 @@ def test_smoke_comparison_writes_table_and_plots(tmp_path):
       sys.executable,
       "-m",
       "codeagent_rl.experiments.compare",
-      "--config=configs/long_horizon.py:smoke",
-      # The smallest run that still has every stage: the smoke model's
-      # episodes are noise, so few and short ones.
-      "--config.ppo.iterations=1",
-      "--config.env.max_turns=3",
-      "--config.data.num_train_tasks=8",
-      "--config.data.num_eval_tasks=4",
+      *SMOKE,
       "--estimators=gae,grpo",
       "--seeds=0",
       f"--workdir={tmp_path}",
@@ -157,3 +162,45 @@ def test_smoke_comparison_writes_table_and_plots(tmp_path):
   assert sorted(p.name for p in (runs / "grpo" / "sft").iterdir()) == sorted(
     p.name for p in (runs / "gae" / "sft").iterdir()
   )
+  _check_horizon_bench(tmp_path / "seed0" / "gae", tmp_path)
+
+
+def _check_horizon_bench(run, tmp_path):
+  """benchmarks/horizon_bench.py on the SFT model of `run`."""
+  out, samples = tmp_path / "horizon.json", tmp_path / "episodes.jsonl"
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "benchmarks/horizon_bench.py",
+      *SMOKE,
+      f"--workdir={run}",
+      "--temperatures=1.0,0",
+      "--prompts=2",
+      f"--out={out}",
+      f"--samples_out={samples}",
+      "--sandbox_backend=process",
+    ],
+    capture_output=True,
+    text=True,
+    cwd=processes.REPO_ROOT,
+    env=processes.one_device_env(),
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  data = json.loads(out.read_text())
+  assert data["checkpoint"] == "sft"
+  assert (data["prompts"], data["samples_per_prompt"]) == (2, 4)
+  assert [r["temperature"] for r in data["rows"]] == [1.0, 0.0]
+  for row in data["rows"]:
+    assert row["episodes"] == 8
+    assert sum(row["stop_reasons"].values()) == 8
+    assert 1 <= row["turns_p50"] <= row["turns_max"] <= 3
+  lines = [json.loads(x) for x in samples.read_text().splitlines()]
+  assert len(lines) == 16
+  assert [x["temperature"] for x in lines] == [1.0] * 8 + [0.0] * 8
+  assert [x["group"] for x in lines[:8]] == [0] * 4 + [1] * 4
+  assert all(1 <= len(x["trajectory"]) <= 3 for x in lines)
+  # Greedy decoding gives every copy of a prompt the same episode.
+  for g in (0, 1):
+    greedy = [x["trajectory"] for x in lines[8:] if x["group"] == g]
+    assert all(t == greedy[0] for t in greedy)
