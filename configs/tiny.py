@@ -240,6 +240,8 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   # the rendered demonstrations. "error" stops the run, "warn" prints it;
   # the report goes to WORKDIR/isolation.json either way. "off": no check.
   data.isolation = "error"
+  # The seed of the generated tasks and demonstrations; None: config.seed.
+  data.seed = None
   return data
 
 

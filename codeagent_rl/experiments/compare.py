@@ -7,11 +7,16 @@ r"""Compares advantage estimators at the same rollout budget.
 For each seed the first estimator's run does SFT; the others start from a
 copy of its SFT checkpoint (sft/, its rendered demonstrations and its
 held-out evaluation), so every estimator of a seed starts from the same
-model and KL reference. Each run is the ordinary train job
-(`train.run`) in DIR/seed<N>/<estimator>, with the same iterations,
-prompts and samples per prompt: the same number of episodes (the tokens
-they take are the policy's; the table reports them). Running the command
-again resumes: finished runs are read, unfinished ones continue.
+model and KL reference. With `--sft=shared` only the first run of all
+does SFT: every run generates its tasks with the first seed
+(`config.data.seed`) and starts from that one SFT model, so the seeds
+vary only what RL draws (prompts, samples, minibatches), and the
+comparison trains one SFT model instead of one per seed. Each run is the
+ordinary train job (`train.run`) in DIR/seed<N>/<estimator>, with the same
+iterations, prompts and samples per prompt: the same number of episodes
+(the tokens they take are the policy's; the table reports them). Running
+the command again resumes: finished runs are read, unfinished ones
+continue.
 
 Written to DIR: `jax_cache/` (compiled programs the runs share),
 `compare.json` (the table's numbers and each run's),
@@ -59,6 +64,7 @@ MODES = ("sampled", "greedy")
 # Each run's wall seconds over every compare call that worked on it.
 RUN_SECONDS = "compare_seconds.json"
 _UNBUCKETED = "all"
+SFT_MODES = ("per_seed", "shared")
 
 
 def define_flags() -> None:
@@ -69,6 +75,13 @@ def define_flags() -> None:
   flags.DEFINE_list("estimators", ["gae", "grpo", "rloo"], "Estimators.")
   flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
   flags.DEFINE_string("workdir", None, "Directory of the runs and results.")
+  flags.DEFINE_enum(
+    "sft",
+    "per_seed",
+    list(SFT_MODES),
+    "per_seed: one SFT model (and task set) per seed; shared: one for all"
+    " runs, the seeds varying only RL.",
+  )
   harness.define_flags()
   flags.mark_flags_as_required(["config", "workdir"])
 
@@ -100,11 +113,15 @@ def parse_lists(
   return estimators, out
 
 
-def run_config(config: Any, estimator: str, seed: int) -> Any:
-  """`config` with the estimator and seed set (a copy)."""
+def run_config(
+  config: Any, estimator: str, seed: int, data_seed: int | None = None
+) -> Any:
+  """`config` with the estimator and seed (and data seed) set (a copy)."""
   config = copy.deepcopy(config)
   with config.unlocked():
     config.seed = seed
+    if data_seed is not None:
+      config.data.seed = data_seed
     config.rl.advantage.estimator = estimator
     config.preset = f"{config.preset} [{estimator}, seed {seed}]"
   return config
@@ -383,6 +400,7 @@ def compare(
   workdir: str | os.PathLike[str],
   sandbox_from_limits,
   console=print,
+  sft: str = "per_seed",
 ) -> dict[str, Any]:
   """Runs (or resumes) every (estimator, seed) and writes the results.
 
@@ -394,10 +412,13 @@ def compare(
     sandbox_from_limits: `harness.config_from_flags`-like: the job's
       sandbox limits -> the machine's sandbox config.
     console: where progress lines go.
+    sft: "per_seed" or "shared" (the module docstring).
 
   Returns:
     What compare.json holds.
   """
+  if sft not in SFT_MODES:
+    raise ValueError(f"--sft={sft!r}: expected one of {SFT_MODES}.")
   try:  # before hours of runs, not after them
     import matplotlib  # noqa: F401, PLC0415 (optional: the plots only)
   except ImportError:
@@ -408,13 +429,16 @@ def compare(
   root.mkdir(parents=True, exist_ok=True)
   share_compilations(root)
   runs, seconds = {}, {}
+  data_seed = seeds[0] if sft == "shared" else None
+  first = None
   for seed in seeds:
-    first = None
+    if sft == "per_seed":
+      first = None
     for est in estimators:
       target = root / f"seed{seed}" / est
       if first is not None:
         share_sft(first, target)
-      job = run.job_from_config(run_config(config, est, seed))
+      job = run.job_from_config(run_config(config, est, seed, data_seed))
       start = time.perf_counter()
       console(f"compare: {est}, seed {seed} -> {target}")
       run.run_job(job, target, sandbox_from_limits(job.exp.sandbox))
@@ -423,7 +447,7 @@ def compare(
       )
       runs[(est, seed)] = read_run(target)
       first = first or target
-  result = {"estimators": list(estimators), "seeds": list(seeds)}
+  result = {"estimators": list(estimators), "seeds": list(seeds), "sft": sft}
   result["tables"] = {m: table(runs, estimators, seeds, m) for m in MODES}
   result["runs"] = {
     f"{e}/seed{s}": {k: v for k, v in r.items() if k != "buckets"}
@@ -470,6 +494,7 @@ def main(argv: list[str]) -> None:
       seeds,
       values.workdir,
       harness.config_from_flags,
+      sft=values.sft,
     )
   except exp_lib.SetupError as e:
     sys.exit(f"error: {e}")

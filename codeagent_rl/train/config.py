@@ -16,6 +16,9 @@ from codeagent_rl import config_utils
 from codeagent_rl.tasks import probes as probes_lib
 from codeagent_rl.tasks import synthetic
 
+# The bound of `config.seed` (keys.MAX_SEED), without importing jax here.
+MAX_DATA_SEED = 2**32 - 1
+
 # Task generators of `config.data.generator`.
 GENERATORS = ("synthetic", "probes")
 # What a leak found by the data-isolation check before SFT does.
@@ -79,6 +82,10 @@ class DataConfig:
     isolation: the data-isolation check of the SFT data before SFT
       (`tasks/isolation.py`): "error" (a leak stops the run), "warn" (it
       is reported) or "off".
+    seed: the seed of the generated tasks and demonstrations, or None for
+      the run's `config.seed`. Runs that differ only in `config.seed` then
+      share their tasks (and can share one SFT model: the estimator
+      comparison's `--sft=shared`).
   """
 
   train_tasks: str | None
@@ -99,8 +106,16 @@ class DataConfig:
   probe_give_up: float
   probe_off_by_one: float
   isolation: str
+  seed: int | None
 
   def __post_init__(self):
+    if self.seed is not None and (
+      type(self.seed) is not int or not 0 <= self.seed <= MAX_DATA_SEED
+    ):
+      raise ValueError(
+        f"config.data.seed={self.seed!r}: must be None (the run's seed) or"
+        f" an integer in [0, {MAX_DATA_SEED}]."
+      )
     for name in ("train_tasks", "eval_tasks", "demonstrations"):
       path = getattr(self, name)
       if path is None:

@@ -371,6 +371,11 @@ class Experiment:
     return self.model
 
   @property
+  def data_seed(self) -> int:
+    """The seed of the generated tasks: `data.seed`, else `seed`."""
+    return self.seed if self.data.seed is None else self.data.seed
+
+  @property
   def uses_critic(self) -> bool:
     """Whether the estimator needs a critic ("gae")."""
     return self.rl.advantage.estimator == "gae"

@@ -188,7 +188,7 @@ def train_and_evaluate(
   if primary:
     _write_json(paths.config, exp_lib.to_dict(exp))
   mesh, rules = exp.make_mesh()
-  task_sets = data_lib.make_task_sets(exp.data, exp.seed)
+  task_sets = data_lib.make_task_sets(exp.data, exp.data_seed)
   if primary:
     # The held-out tasks beside the evaluation's samples: graded again with
     # `python -m codeagent_rl.grade --tasks=... --samples=...`.

@@ -2,6 +2,7 @@
 
 import json
 import math
+import pathlib
 import subprocess
 import sys
 
@@ -89,6 +90,82 @@ def test_bad_estimator_is_refused_before_anything_runs(tmp_path):
   assert proc.returncode != 0
   assert "--estimators=gae,ppo2" in proc.stderr
   assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("sft", compare.SFT_MODES)
+def test_sft_is_trained_once_per_seed_or_once_for_all(
+  tmp_path, monkeypatch, sft
+):
+  """Which runs train SFT and which copy it, and the data seed each gets.
+
+  The jobs are replaced by a stand-in that records what it was given and
+  leaves an SFT checkpoint directory, as a finished run does.
+  """
+  from ml_collections import config_dict  # noqa: PLC0415
+
+  from configs import long_horizon  # noqa: PLC0415
+
+  calls = []
+
+  def fake_run_job(job, target, sandbox):
+    del sandbox
+    target = pathlib.Path(target)
+    trained = not (target / "sft").exists()
+    calls.append(
+      (
+        target.relative_to(tmp_path).as_posix(),
+        job.exp.seed,
+        job.exp.data_seed,
+        trained,
+      )
+    )
+    if trained:
+      (target / "sft").mkdir(parents=True)
+      (target / "sft" / "weights").write_text(
+        f"{target.parent.name}/{target.name}"
+      )
+
+  buckets = {"a": "short"}
+  monkeypatch.setattr(compare.run, "run_job", fake_run_job)
+  monkeypatch.setattr(
+    compare,
+    "read_run",
+    lambda root: {**_run({"a": 1.0}, buckets), "sft_policy_horizon": {}},
+  )
+  monkeypatch.setattr(compare, "plot", lambda *args: [])
+  config = long_horizon.get_config("smoke")
+  assert isinstance(config, config_dict.ConfigDict)
+  result = compare.compare(
+    config,
+    ["gae", "grpo"],
+    [3, 5],
+    tmp_path,
+    lambda limits: None,
+    console=lambda line: None,
+    sft=sft,
+  )
+  assert result["sft"] == sft
+  runs = [c[0] for c in calls]
+  assert runs == ["seed3/gae", "seed3/grpo", "seed5/gae", "seed5/grpo"]
+  assert [c[1] for c in calls] == [3, 3, 5, 5]
+  trained = [c[0] for c in calls if c[3]]
+  if sft == "per_seed":
+    assert [c[2] for c in calls] == [3, 3, 5, 5]
+    assert trained == ["seed3/gae", "seed5/gae"]
+    copied_from = {"seed3/grpo": "seed3/gae", "seed5/grpo": "seed5/gae"}
+  else:
+    assert [c[2] for c in calls] == [3, 3, 3, 3]
+    assert trained == ["seed3/gae"]
+    copied_from = dict.fromkeys(
+      ["seed3/grpo", "seed5/gae", "seed5/grpo"], "seed3/gae"
+    )
+  for run_dir, name in copied_from.items():
+    weights = tmp_path / run_dir / "sft" / "weights"
+    assert weights.read_text() == name
+  with pytest.raises(ValueError, match="--sft='both'"):
+    compare.compare(
+      config, ["gae"], [0], tmp_path, lambda limits: None, sft="both"
+    )
 
 
 def test_run_seconds_add_up_over_resumed_calls(tmp_path):

@@ -122,6 +122,27 @@ def test_splits_come_from_task_files(tmp_path):
   assert sets.plans == ()  # a file holds tasks, not demonstrations
 
 
+def test_data_seed_fixes_the_tasks_whatever_the_run_seed():
+  def sets(seed, data_seed=None):
+    config = tiny.get_config("smoke")
+    config.seed = seed
+    config.data.seed = data_seed
+    exp = exp_lib.Experiment.from_config(config)
+    return exp, data_lib.make_task_sets(exp.data, exp.data_seed)
+
+  exp_a, a = sets(1, data_seed=7)
+  exp_b, b = sets(2, data_seed=7)
+  assert (exp_a.seed, exp_b.seed) == (1, 2)
+  assert exp_a.data_seed == exp_b.data_seed == 7
+  assert a == b
+  _, seven = sets(7)
+  assert a == seven
+  # Without it the tasks follow the run's seed.
+  exp_c, c = sets(1)
+  assert exp_c.data_seed == 1
+  assert c.train != a.train
+
+
 def test_one_split_from_a_file_the_other_generated(tmp_path):
   generated = data_lib.make_task_sets(
     exp_lib.Experiment.from_config(tiny.get_config("smoke")).data, 0
