@@ -144,7 +144,7 @@ def main(argv):
   exp = job.exp
   sandbox = exp.sandbox.apply(harness.config_from_flags(exp.sandbox))
   mesh, rules = exp.make_mesh()
-  task_sets = data_lib.make_task_sets(exp.data, exp.seed)
+  task_sets = data_lib.make_task_sets(exp.data, exp.data_seed)
   tasks = task_sets.train[: f.prompts]
   group = exp.ppo.samples_per_prompt
   episodes_tasks = [t for t in tasks for _ in range(group)]
