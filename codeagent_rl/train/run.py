@@ -67,13 +67,20 @@ _EVAL_MEASURE = 2
 def _sft_eval_key(exp: exp_lib.Experiment) -> dict[str, Any]:
   """What the saved SFT evaluation depends on.
 
-  The SFT length, the evaluation settings, the anti-cheat (its config and
+  The SFT length, the held-out tasks (their generator, seed and number,
+  or their file), the evaluation settings, the anti-cheat (its config and
   the weights file's contents: rejected episodes count as unsolved) and
   `_EVAL_MEASURE`.
   """
   weights = pathlib.Path(exp.anticheat.weights_path).read_bytes()
   key = {
     "sft_steps": exp.sft.steps,
+    "held_out": {
+      "generator": exp.data.generator,
+      "data_seed": exp.data_seed,
+      "num_eval_tasks": exp.data.num_eval_tasks,
+      "eval_tasks": exp.data.eval_tasks,
+    },
     "eval": dataclasses.asdict(exp.eval),
     "anticheat": dataclasses.asdict(exp.anticheat),
     "weights_sha256": hashlib.sha256(weights).hexdigest(),

@@ -790,6 +790,18 @@ def test_saved_sft_eval_is_reused_only_under_the_same_key(tmp_path):
   # episodes: rejected episodes count as unsolved, so it measures otherwise.
   other = dataclasses.replace(exp.anticheat, classifier_threshold=0.9)
   assert run._sft_eval_key(dataclasses.replace(exp, anticheat=other)) != key
+  # Other held-out tasks: another data seed (a run of another seed, or
+  # with config.data.seed set), or another number of them.
+  for data in (
+    dataclasses.replace(exp.data, seed=exp.seed + 1),
+    dataclasses.replace(exp.data, num_eval_tasks=exp.data.num_eval_tasks + 1),
+  ):
+    assert run._sft_eval_key(dataclasses.replace(exp, data=data)) != key
+  assert run._sft_eval_key(dataclasses.replace(exp, seed=exp.seed + 1)) != key
+  same_tasks = dataclasses.replace(
+    exp, seed=exp.seed + 1, data=dataclasses.replace(exp.data, seed=exp.seed)
+  )
+  assert run._sft_eval_key(same_tasks) == key
   for field, value in (("weights_sha256", "0" * 64), ("measure", 1)):
     assert run._saved_sft_eval(path, {**key, field: value}) is None
   # Earlier formats (no key): not trusted.
