@@ -6,8 +6,6 @@ model is in tests/experiments/compare_test.py, on the comparison's smoke
 SFT model (one SFT fewer in the suite).
 """
 
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -58,14 +56,7 @@ def test_horizon_row_counts_turns_groups_and_stops():
 
 
 def _bench(*args):
-  return subprocess.run(
-    [sys.executable, "benchmarks/horizon_bench.py", *args],
-    capture_output=True,
-    text=True,
-    cwd=processes.REPO_ROOT,
-    env=processes.one_device_env(),
-    timeout=600,
-  )
+  return processes.run_python("benchmarks/horizon_bench.py", *args)
 
 
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path):

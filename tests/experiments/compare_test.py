@@ -3,8 +3,6 @@
 import json
 import math
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -72,19 +70,12 @@ def test_table_pairs_tasks_within_a_seed():
 
 
 def test_bad_estimator_is_refused_before_anything_runs(tmp_path):
-  proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "codeagent_rl.experiments.compare",
-      "--config=configs/long_horizon.py:smoke",
-      "--estimators=gae,ppo2",
-      f"--workdir={tmp_path}",
-    ],
-    capture_output=True,
-    text=True,
-    cwd=processes.REPO_ROOT,
-    env=processes.one_device_env(),
+  proc = processes.run_python(
+    "-m",
+    "codeagent_rl.experiments.compare",
+    "--config=configs/long_horizon.py:smoke",
+    "--estimators=gae,ppo2",
+    f"--workdir={tmp_path}",
     timeout=300,
   )
   assert proc.returncode != 0
@@ -193,22 +184,14 @@ SMOKE = [
 def test_smoke_comparison_writes_table_and_plots(tmp_path):
   # One device, as a user runs it (the tests' 8 fake devices would need
   # batches divisible by 8).
-  proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "codeagent_rl.experiments.compare",
-      *SMOKE,
-      "--estimators=gae,grpo",
-      "--seeds=0",
-      f"--workdir={tmp_path}",
-      "--sandbox_backend=process",
-    ],
-    capture_output=True,
-    text=True,
-    cwd=processes.REPO_ROOT,
-    env=processes.one_device_env(),
-    timeout=600,
+  proc = processes.run_python(
+    "-m",
+    "codeagent_rl.experiments.compare",
+    *SMOKE,
+    "--estimators=gae,grpo",
+    "--seeds=0",
+    f"--workdir={tmp_path}",
+    "--sandbox_backend=process",
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   saved = json.loads((tmp_path / "compare.json").read_text())
@@ -245,23 +228,15 @@ def test_smoke_comparison_writes_table_and_plots(tmp_path):
 def _check_horizon_bench(run, tmp_path):
   """benchmarks/horizon_bench.py on the SFT model of `run`."""
   out, samples = tmp_path / "horizon.json", tmp_path / "episodes.jsonl"
-  proc = subprocess.run(
-    [
-      sys.executable,
-      "benchmarks/horizon_bench.py",
-      *SMOKE,
-      f"--workdir={run}",
-      "--temperatures=1.0,0",
-      "--prompts=2",
-      f"--out={out}",
-      f"--samples_out={samples}",
-      "--sandbox_backend=process",
-    ],
-    capture_output=True,
-    text=True,
-    cwd=processes.REPO_ROOT,
-    env=processes.one_device_env(),
-    timeout=600,
+  proc = processes.run_python(
+    "benchmarks/horizon_bench.py",
+    *SMOKE,
+    f"--workdir={run}",
+    "--temperatures=1.0,0",
+    "--prompts=2",
+    f"--out={out}",
+    f"--samples_out={samples}",
+    "--sandbox_backend=process",
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   data = json.loads(out.read_text())

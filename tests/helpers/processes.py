@@ -9,6 +9,8 @@ No side effects on import (see sandboxes.py).
 
 import os
 import pathlib
+import subprocess
+import sys
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -29,3 +31,15 @@ def one_device_env() -> dict[str, str]:
   if flags:
     env["XLA_FLAGS"] = flags
   return env
+
+
+def run_python(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+  """`python *args` from the repository root on one device, output captured."""
+  return subprocess.run(
+    [sys.executable, *args],
+    capture_output=True,
+    text=True,
+    cwd=REPO_ROOT,
+    env=one_device_env(),
+    timeout=timeout,
+  )
