@@ -19,9 +19,25 @@ def get_rl_config() -> ml_collections.ConfigDict:
   # Discount per MDP step (trainable token). 1.0: the reward is the terminal
   # test outcome and episodes are finite (as in RLHF-style PPO, Ouyang 2022).
   rl.advantage.gamma = 1.0
-  # GAE lambda. 0.95 (Schulman 2016) trades the critic's bias for variance;
-  # 1.0 is the Monte-Carlo return minus the baseline.
+  # GAE lambda of the actor's advantages. 0.95 (Schulman 2016) trades the
+  # critic's bias for variance; 1.0 is the Monte-Carlo return minus the
+  # baseline. Per token it is short-sighted: the terminal reward reaches a
+  # token 2,000 steps before the end weighted 0.95^2000 (see lam_length_alpha
+  # and credit).
   rl.advantage.lam = 0.95
+  # GAE lambda of the critic's targets (`returns`), decoupled from the
+  # actor's (VC-PPO, arXiv 2503.01491): 1.0 regresses the critic on
+  # Monte-Carlo returns, unbiased whatever its own errors; with 0.95 over
+  # tokens an early turn's target is mostly the critic's own guess.
+  rl.advantage.lam_critic = 1.0
+  # 0: the actor's lambda is `lam`. > 0: per row 1 - 1 / (alpha * n), n the
+  # row's trainable tokens, clamped to [0, 1] (VAPO, arXiv 2504.05118,
+  # uses 0.05): long rows get a lambda near 1, short ones a lower one.
+  rl.advantage.lam_length_alpha = 0.0
+  # What an MDP step of "gae" is: "token" (every trainable token) or "turn"
+  # (a turn: one value and one advantage per turn, broadcast to its tokens;
+  # codeagent_rl/rl/gae.py compute_turn_gae).
+  rl.advantage.credit = "token"
   # "scan" or "associative": identical results. benchmarks/gae_bench.py on
   # 2 CPU cores measured scan faster at every size it tries (see
   # benchmarks/results/gae_bench.json); the associative form only pays off

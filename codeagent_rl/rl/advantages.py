@@ -11,6 +11,7 @@ KL penalty) and broadcast one advantage to all its trainable tokens.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import chex
 from flax import struct
@@ -50,7 +51,14 @@ class AdvantageConfig:
   Attributes:
     estimator: key of `ADVANTAGE_ESTIMATORS`.
     gamma: discount per MDP step (gae).
-    lam: GAE lambda (gae).
+    lam: GAE lambda of the actor's advantages (gae).
+    lam_critic: GAE lambda of the critic's targets, `returns` (gae); 1.0
+      gives Monte-Carlo returns (VC-PPO / VAPO's decoupled GAE).
+    lam_length_alpha: 0, or alpha > 0 of the length-adaptive actor lambda
+      `1 - 1 / (alpha * n)` per row, n its trainable tokens, clamped to
+      [0, 1] (VAPO: 0.05); it replaces `lam` then.
+    credit: "token" (each trainable token is an MDP step) or "turn" (each
+      turn is one; `gae.compute_turn_gae`).
     gae_method: "scan" or "associative" (see `gae.compute_gae`).
     group_eps: added to the group std of `grpo`.
     whiten: whiten advantages over trainable tokens after estimation.
@@ -59,6 +67,9 @@ class AdvantageConfig:
   estimator: str
   gamma: float
   lam: float
+  lam_critic: float
+  lam_length_alpha: float
+  credit: str
   gae_method: str
   group_eps: float
   whiten: bool
@@ -71,8 +82,20 @@ class AdvantageConfig:
       )
     if not 0.0 <= self.gamma <= 1.0:
       raise ValueError(f"advantage.gamma={self.gamma}: must be in [0, 1].")
-    if not 0.0 <= self.lam <= 1.0:
-      raise ValueError(f"advantage.lam={self.lam}: must be in [0, 1].")
+    for name in ("lam", "lam_critic"):
+      value = getattr(self, name)
+      if type(value) not in (int, float) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"advantage.{name}={value!r}: must be in [0, 1].")
+    alpha = self.lam_length_alpha
+    if type(alpha) not in (int, float) or not 0.0 <= alpha < float("inf"):
+      raise ValueError(
+        f"advantage.lam_length_alpha={alpha!r}: must be 0 (off) or a"
+        " finite number > 0 (VAPO: 0.05)."
+      )
+    if self.credit not in CREDITS:
+      raise ValueError(
+        f"advantage.credit={self.credit!r}: expected one of {CREDITS}."
+      )
     if self.gae_method not in gae.GAE_METHODS:
       raise ValueError(
         f"advantage.gae_method={self.gae_method!r}: expected one of"
@@ -82,17 +105,36 @@ class AdvantageConfig:
       raise ValueError(f"advantage.group_eps={self.group_eps}: must be > 0.")
 
 
+# What an MDP step is for "gae": a trainable token, or a turn.
+CREDITS = ("token", "turn")
+
+
+def actor_lambda(trainable: jax.Array, cfg: AdvantageConfig):
+  """The actor's GAE lambda: `cfg.lam`, or [B] length-adaptive ones."""
+  if not cfg.lam_length_alpha:
+    return cfg.lam
+  n = jnp.sum(trainable.astype(jnp.float32), axis=1)
+  return gae.length_adaptive_lambda(n, cfg.lam_length_alpha)
+
+
 def _gae(inputs: AdvantageInputs, cfg: AdvantageConfig):
-  return gae.compute_gae(
+  """Advantages at the actor's lambda, returns at the critic's."""
+  fn = gae.compute_turn_gae if cfg.credit == "turn" else gae.compute_gae
+  run = functools.partial(
+    fn,
     inputs.rewards,
     inputs.values,
     inputs.trainable,
     gamma=cfg.gamma,
-    lam=cfg.lam,
     truncated=inputs.truncated,
     bootstrap_value=inputs.bootstrap_value,
     method=cfg.gae_method,
   )
+  actor_lam = actor_lambda(inputs.trainable, cfg)
+  advantages, returns = run(lam=actor_lam)
+  if cfg.lam_length_alpha or cfg.lam_critic != cfg.lam:
+    _, returns = run(lam=cfg.lam_critic)
+  return advantages, returns
 
 
 def _group_stats(scores: jax.Array, group_id: jax.Array):

@@ -152,6 +152,17 @@ class RLConfig:
         f"rl.critic_init={self.critic_init!r}: expected one of {CRITIC_INITS}."
       )
     estimator = self.advantage.estimator
+    if estimator != "gae" and (
+      self.advantage.credit != "token" or self.advantage.lam_length_alpha
+    ):
+      # Group estimators give one advantage per row: neither a per-turn
+      # credit nor a lambda means anything there, and would be ignored.
+      raise ValueError(
+        f"rl.advantage.credit={self.advantage.credit!r} and"
+        f" rl.advantage.lam_length_alpha={self.advantage.lam_length_alpha}"
+        f" apply to 'gae' only; rl.advantage.estimator={estimator!r} gives"
+        " one advantage per episode: keep credit 'token' and alpha 0."
+      )
     if self.adaptive_truncation.enabled and estimator != "gae":
       # A cut episode's return is bootstrapped from the critic's value and
       # the cut itself is the critic's call: both need a critic.

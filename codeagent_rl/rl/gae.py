@@ -12,8 +12,26 @@ positions t_1 < ... < t_n of one row,
 where V_next(k) = V[t_{k+1}] for k < n and, after the last trainable token,
 `bootstrap_value` if the row was truncated by a budget, else 0.
 
+`lam` may differ per row (a [B] array): the length-adaptive lambda of VAPO
+gives each row its own. Advantages and value targets may use different
+lambdas (`advantages.AdvantageConfig.lam_critic`): call `compute_gae` once
+per lambda; the recursion is the same.
+
 Two implementations give the same numbers: a reverse `lax.scan` (T sequential
 steps) and a reverse `lax.associative_scan` over affine maps (O(log T) depth).
+
+Turn-level credit (`compute_turn_gae`): the MDP steps are the agent's turns
+instead of its tokens. A turn is a maximal run of trainable tokens (the
+observation between two actions is never trainable, so no new field is
+needed). The state of turn k is the one in which its first token is
+produced, so its value is the critic's value at that token; its reward is
+the sum of the token rewards of its tokens (the terminal score sits in the
+last turn, per-token KL penalties add up per turn). GAE runs over those
+steps with the same recursion, terminal rule and truncation bootstrap, and
+every token of a turn gets its turn's advantage and value target. With
+turn credit a lambda below 1 discounts credit per turn, not per token: the
+terminal reward reaches the first turn of a 50-turn episode weighted
+lam^49, not lam^2000.
 """
 
 from __future__ import annotations
@@ -87,7 +105,7 @@ def _gae_scan_step(carry, inputs, *, gamma, lam):
 
 
 def _gae_scan(rewards, values, mask, terminal_value, gamma, lam):
-  """[B, T] advantages by a reverse `lax.scan` over time."""
+  """[B, T] advantages by a reverse `lax.scan` over time; `lam` is [B]."""
   step = functools.partial(_gae_scan_step, gamma=gamma, lam=lam)
   init = (terminal_value, jnp.zeros_like(terminal_value))
   _, adv_tb = lax.scan(step, init, (rewards.T, values.T, mask.T), reverse=True)
@@ -114,7 +132,7 @@ def _reverse_affine_scan(c, b, x_end):
 
 
 def _gae_associative(rewards, values, mask, terminal_value, gamma, lam):
-  """[B, T] advantages by two reverse associative scans over affine maps."""
+  """[B, T] advantages by two reverse associative scans; `lam` is [B]."""
   # y_t: value of the first trainable token at or after t (terminal if none).
   held_value = _reverse_affine_scan(
     jnp.where(mask, 0.0, 1.0), jnp.where(mask, values, 0.0), terminal_value
@@ -123,7 +141,7 @@ def _gae_associative(rewards, values, mask, terminal_value, gamma, lam):
     [held_value[:, 1:], terminal_value[:, None]], axis=1
   )
   delta = jnp.where(mask, rewards + gamma * next_value - values, 0.0)
-  decay = jnp.where(mask, gamma * lam, 1.0)
+  decay = jnp.where(mask, gamma * lam[:, None], 1.0)
   adv = _reverse_affine_scan(decay, delta, jnp.zeros_like(terminal_value))
   return jnp.where(mask, adv, 0.0)
 
@@ -134,13 +152,51 @@ GAE_METHODS = {
 }
 
 
+def row_lambdas(lam: float | jax.Array, batch: int) -> jax.Array:
+  """[B] float32 lambda of each row from a scalar or a [B] array.
+
+  Raises:
+    ValueError: a Python number outside [0, 1] (arrays are the caller's to
+      keep in range, see `length_adaptive_lambda`).
+  """
+  if isinstance(lam, (int, float)):
+    if not 0.0 <= lam <= 1.0:
+      raise ValueError(f"GAE lambda {lam}: must be in [0, 1].")
+    return jnp.full((batch,), lam, jnp.float32)
+  lam = jnp.asarray(lam, jnp.float32)
+  if lam.ndim == 0:
+    return jnp.full((batch,), lam, jnp.float32)
+  chex.assert_shape(lam, (batch,))
+  return lam
+
+
+def length_adaptive_lambda(num_steps: jax.Array, alpha: float) -> jax.Array:
+  """[B] VAPO's lambda per row: 1 - 1 / (alpha * n), clamped to [0, 1].
+
+  The effective horizon of GAE, 1 / (1 - lambda), becomes `alpha * n`: a
+  fixed share of the row's own length, so the terminal reward reaches the
+  start of a long row as it does a short one's (VAPO, arXiv 2504.05118,
+  uses alpha = 0.05 over response tokens).
+
+  Args:
+    num_steps: [B] the row's MDP steps (its trainable tokens); a row with
+      none gets lambda 0 (it has no advantage to weigh).
+    alpha: > 0.
+  """
+  if not alpha > 0:
+    raise ValueError(f"length_adaptive_lambda: alpha={alpha} must be > 0.")
+  n = jnp.asarray(num_steps, jnp.float32)
+  lam = 1.0 - 1.0 / jnp.maximum(alpha * n, 1e-6)
+  return jnp.clip(lam, 0.0, 1.0)
+
+
 def compute_gae(
   rewards: jax.Array,
   values: jax.Array,
   trainable: jax.Array,
   *,
   gamma: float,
-  lam: float,
+  lam: float | jax.Array,
   truncated: jax.Array | None = None,
   bootstrap_value: jax.Array | None = None,
   method: str = "scan",
@@ -154,7 +210,7 @@ def compute_gae(
       ignored.
     trainable: [B, T] bool (or 0/1) mask of policy tokens, the MDP steps.
     gamma: discount per MDP step.
-    lam: GAE lambda.
+    lam: GAE lambda: a number in [0, 1] or a [B] array of one per row.
     truncated: [B] bool, rows stopped by a budget. Required together with
       `bootstrap_value`.
     bootstrap_value: [B] critic value where a truncated row stopped; used as
@@ -179,7 +235,85 @@ def compute_gae(
   values = jnp.where(mask, values, 0.0)
   terminal_value = _terminal_value(mask.shape[0], truncated, bootstrap_value)
   advantages = GAE_METHODS[method](
-    rewards, values, mask, terminal_value, gamma, lam
+    rewards, values, mask, terminal_value, gamma, row_lambdas(lam, len(mask))
   )
   returns = jnp.where(mask, advantages + values, 0.0)
   return advantages, returns
+
+
+def turn_starts(trainable: jax.Array) -> jax.Array:
+  """[B, T] bool: the first token of each turn (a run of trainable tokens)."""
+  chex.assert_rank(trainable, 2)
+  mask = trainable.astype(bool)
+  before = jnp.pad(mask[:, :-1], ((0, 0), (1, 0)))
+  return mask & ~before
+
+
+def turn_sums(x: jax.Array, trainable: jax.Array) -> jax.Array:
+  """[B, T] each turn's sum of `x` at its first token; 0 elsewhere.
+
+  A reverse affine scan: s_t = x_t + s_{t+1} while t + 1 is in t's turn.
+  """
+  mask = trainable.astype(bool)
+  after = jnp.pad(mask[:, 1:], ((0, 0), (0, 1)))
+  x = jnp.where(mask, x.astype(jnp.float32), 0.0)
+  suffix = _reverse_affine_scan(
+    (mask & after).astype(jnp.float32), x, jnp.zeros((mask.shape[0],))
+  )
+  return jnp.where(turn_starts(mask), suffix, 0.0)
+
+
+def spread_over_turns(x: jax.Array, trainable: jax.Array) -> jax.Array:
+  """[B, T] the value of `x` at each turn's first token on all its tokens."""
+  mask = trainable.astype(bool)
+  starts = turn_starts(mask)
+  # A forward scan as a reverse one over the flipped rows: y_t = x_t at a
+  # start, y_{t-1} inside a turn, 0 off the mask.
+  carry = (mask & ~starts).astype(jnp.float32)[:, ::-1]
+  first = jnp.where(starts, x.astype(jnp.float32), 0.0)[:, ::-1]
+  spread = _reverse_affine_scan(carry, first, jnp.zeros((mask.shape[0],)))
+  return jnp.where(mask, spread[:, ::-1], 0.0)
+
+
+def compute_turn_gae(
+  rewards: jax.Array,
+  values: jax.Array,
+  trainable: jax.Array,
+  *,
+  gamma: float,
+  lam: float | jax.Array,
+  truncated: jax.Array | None = None,
+  bootstrap_value: jax.Array | None = None,
+  method: str = "scan",
+) -> tuple[jax.Array, jax.Array]:
+  """GAE over the agent's turns (module docstring), spread over their tokens.
+
+  Args:
+    rewards: [B, T] per-token rewards; each turn's steps sum to its reward.
+    values: [B, T] critic values; only each turn's first token's is read.
+    trainable: [B, T] bool mask of policy tokens; its runs are the turns.
+    gamma: discount per turn.
+    lam: GAE lambda per turn: a number or a [B] array.
+    truncated: as in `compute_gae`.
+    bootstrap_value: as in `compute_gae`: the value after the last turn of
+      a truncated row.
+    method: as in `compute_gae`.
+
+  Returns:
+    (advantages, returns), [B, T] float32: every token of a turn holds its
+    turn's; zero off the trainable mask.
+  """
+  chex.assert_rank([rewards, values, trainable], 2)
+  chex.assert_equal_shape([rewards, values, trainable])
+  starts = turn_starts(trainable)
+  adv, ret = compute_gae(
+    turn_sums(rewards, trainable),
+    values,
+    starts,
+    gamma=gamma,
+    lam=lam,
+    truncated=truncated,
+    bootstrap_value=bootstrap_value,
+    method=method,
+  )
+  return spread_over_turns(adv, trainable), spread_over_turns(ret, trainable)

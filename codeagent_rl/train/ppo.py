@@ -313,9 +313,12 @@ class Learner:
     )
     self.targets = jax.jit(functools.partial(steps.targets, rl=exp.rl))
     # Value pre-training regresses the critic on Monte-Carlo returns:
-    # lambda 1 (VAPO), whatever lambda the policy's advantages use.
+    # lambda 1 (VAPO), whatever lambdas PPO's advantages and targets use.
     monte_carlo = dataclasses.replace(
-      exp.rl, advantage=dataclasses.replace(exp.rl.advantage, lam=1.0)
+      exp.rl,
+      advantage=dataclasses.replace(
+        exp.rl.advantage, lam=1.0, lam_critic=1.0, lam_length_alpha=0.0
+      ),
     )
     self._mc_targets = jax.jit(functools.partial(steps.targets, rl=monte_carlo))
     self.explained_variance = jax.jit(losses.explained_variance)

@@ -14,6 +14,9 @@ BASE = advantages.AdvantageConfig(
   estimator="gae",
   gamma=1.0,
   lam=0.95,
+  lam_critic=0.95,
+  lam_length_alpha=0.0,
+  credit="token",
   gae_method="scan",
   group_eps=1e-6,
   whiten=False,
@@ -176,3 +179,87 @@ def test_every_estimator_jits_and_is_zero_off_mask(estimator):
 def test_config_validation_names_field(field, value, match):
   with pytest.raises(ValueError, match=match):
     dataclasses.replace(BASE, **{field: value})
+
+
+def _gae_inputs(seed):
+  rng = np.random.default_rng(seed)
+  trainable = rng.random((6, 20)) < 0.6
+  values = rng.normal(size=(6, 20)).astype(np.float32)
+  inputs = make_inputs(rng.random(6), trainable, [0, 0, 1, 1, 2, 2], values)
+  return inputs.replace(
+    truncated=jnp.array([True, False] * 3),
+    bootstrap_value=jnp.asarray(rng.normal(size=6), jnp.float32),
+  )
+
+
+def _direct(inputs, lam, fn=gae.compute_gae):
+  return fn(
+    inputs.rewards,
+    inputs.values,
+    inputs.trainable,
+    gamma=1.0,
+    lam=lam,
+    truncated=inputs.truncated,
+    bootstrap_value=inputs.bootstrap_value,
+  )
+
+
+def test_decoupled_lambdas_advantages_at_lam_returns_at_lam_critic():
+  inputs = _gae_inputs(3)
+  adv, ret = run("gae", inputs, lam=0.9, lam_critic=1.0)
+  np.testing.assert_allclose(adv, _direct(inputs, 0.9)[0], atol=1e-6)
+  np.testing.assert_allclose(ret, _direct(inputs, 1.0)[1], atol=1e-6)
+  # lambda 1 targets are Monte-Carlo: the sum of the row's later rewards
+  # (the bootstrap where truncated), whatever the values.
+  assert np.abs(np.asarray(ret - _direct(inputs, 0.9)[1])).max() > 1e-2
+
+
+def test_length_adaptive_lambda_per_row_from_its_trainable_tokens():
+  inputs = _gae_inputs(4)
+  adv, ret = run("gae", inputs, lam_length_alpha=0.2, lam_critic=0.7)
+  n = np.asarray(inputs.trainable).sum(axis=1)
+  lams = np.clip(1 - 1 / (0.2 * n), 0, 1)
+  assert len(set(lams.round(6))) > 1  # the rows' lambdas differ
+  np.testing.assert_allclose(
+    adv, _direct(inputs, jnp.asarray(lams, jnp.float32))[0], atol=1e-6
+  )
+  np.testing.assert_allclose(ret, _direct(inputs, 0.7)[1], atol=1e-6)
+
+
+def test_turn_credit_through_the_registry():
+  inputs = _gae_inputs(5)
+  adv, ret = run("gae", inputs, credit="turn", lam=0.8, lam_critic=1.0)
+  want_adv, _ = _direct(inputs, 0.8, gae.compute_turn_gae)
+  _, want_ret = _direct(inputs, 1.0, gae.compute_turn_gae)
+  np.testing.assert_allclose(adv, want_adv, atol=1e-6)
+  np.testing.assert_allclose(ret, want_ret, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+  "field,value,match",
+  [
+    ("lam_critic", 1.2, "advantage.lam_critic=1.2"),
+    ("lam_length_alpha", -0.05, "advantage.lam_length_alpha=-0.05"),
+    ("lam_length_alpha", float("inf"), "advantage.lam_length_alpha=inf"),
+    ("credit", "episode", "advantage.credit='episode'"),
+  ],
+)
+def test_new_fields_are_validated(field, value, match):
+  with pytest.raises(ValueError, match=match):
+    dataclasses.replace(BASE, **{field: value})
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "dr_grpo"])
+@pytest.mark.parametrize(
+  "field,value", [("credit", "turn"), ("lam_length_alpha", 0.05)]
+)
+def test_gae_only_fields_are_refused_with_a_group_estimator(algo, field, value):
+  from codeagent_rl.rl import config as rl_config  # noqa: PLC0415
+  from configs import common  # noqa: PLC0415
+
+  section = common.get_rl_config().to_dict()
+  section["advantage"]["estimator"] = algo
+  rl_config.RLConfig.from_config(section)  # the defaults are fine
+  section["advantage"][field] = value
+  with pytest.raises(ValueError, match=f"estimator='{algo}'"):
+    rl_config.RLConfig.from_config(section)

@@ -52,6 +52,8 @@ def learner():
   config.optim.weight_decay = 0.0
   # On as in the default preset (smoke turns it off).
   config.ppo[FLAG] = True
+  # Value targets below lambda 1, so value pre-training's differ.
+  config.rl.advantage.lam_critic = 0.95
   exp = experiment.Experiment.from_config(config)
   assert exp.ppo.rollouts_per_iteration == BATCH
   assert exp.ppo.critic_warmup_iterations == 0
@@ -375,7 +377,7 @@ def test_value_pretraining_freezes_the_actor(learner, params):
 
 def test_value_pretraining_targets_are_monte_carlo_returns(learner):
   """With lambda 1 every trainable token's return is the episode's reward."""
-  assert learner.exp.rl.advantage.lam < 1.0  # the policy's GAE differs
+  assert learner.exp.rl.advantage.lam_critic < 1.0  # PPO's targets differ
   batch, total = _rollout([0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 0.75, 0.5])
   rng = np.random.default_rng(0)
   logp = np.zeros(batch.tokens.shape, np.float32)  # no KL: only the score
