@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from codeagent_rl.rl import advantages
+from codeagent_rl.rl import config as rl_config
 from codeagent_rl.rl import gae
+from configs import common
 
 BASE = advantages.AdvantageConfig(
   estimator="gae",
@@ -254,9 +256,6 @@ def test_new_fields_are_validated(field, value, match):
   "field,value", [("credit", "turn"), ("lam_length_alpha", 0.05)]
 )
 def test_gae_only_fields_are_refused_with_a_group_estimator(algo, field, value):
-  from codeagent_rl.rl import config as rl_config  # noqa: PLC0415
-  from configs import common  # noqa: PLC0415
-
   section = common.get_rl_config().to_dict()
   section["advantage"]["estimator"] = algo
   rl_config.RLConfig.from_config(section)  # the defaults are fine

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from codeagent_rl.rl import gae
-
 from tests.rl import gae_test
 
 METHODS = gae_test.METHODS
@@ -188,7 +187,9 @@ def test_turn_credit_reads_only_each_turns_first_value():
   adv, ret = compute_turn_gae(rewards, values, trainable, **kw)
   starts = np.asarray(gae.turn_starts(trainable))
   noisy = np.where(starts, values, rng.normal(size=values.shape) * 1e3)
-  adv2, ret2 = compute_turn_gae(rewards, noisy.astype(np.float32), trainable, **kw)
+  adv2, ret2 = compute_turn_gae(
+    rewards, noisy.astype(np.float32), trainable, **kw
+  )
   np.testing.assert_array_equal(adv, adv2)
   np.testing.assert_array_equal(ret, ret2)
 
