@@ -69,6 +69,10 @@ def get_rl_config() -> ml_collections.ConfigDict:
   rl.loss.value_coef = 1.0
   # Entropy bonus weight; 0 as in most LM PPO recipes.
   rl.loss.entropy_coef = 0.0
+  # Weight of a negative log-likelihood term on the tokens of episodes
+  # solved on suites A and B (VAPO's positive-example LM loss uses 0.1);
+  # 0: off, the plain PPO objective.
+  rl.loss.positive_nll_coef = 0.0
   # "token_mean" (verl default), "seq_mean_token_mean" or
   # "seq_mean_token_sum_norm" (Dr.GRPO); see codeagent_rl/rl/losses.py.
   rl.loss.agg_mode = "token_mean"
@@ -113,6 +117,28 @@ def get_rl_config() -> ml_collections.ConfigDict:
   # that checkpoint's trunk) or "random".
   rl.critic_init = "actor"
   return rl
+
+
+def get_critic_config() -> ml_collections.ConfigDict:
+  """The `critic` section: where the critic's trunk comes from, what it reads.
+
+  See codeagent_rl/train/experiment.py (PrivilegedCritic) and
+  codeagent_rl/train/critic_inputs.py.
+  """
+  critic = ml_collections.ConfigDict()
+  # Another Hugging Face checkpoint with the actor's tokenizer (e.g. a
+  # smaller model of the family) for the critic's trunk; unset: a copy of
+  # the actor's (rl.critic_init).
+  critic.checkpoint_dir = ml_collections.config_dict.placeholder(str)
+  # "none", or "tests": the task's hidden tests come before the trajectory
+  # in the critic's input (an asymmetric critic, as SWEET-RL's): it sees
+  # what decides the reward, the actor never does, and the critic is
+  # dropped after training.
+  critic.privileged = "none"
+  # The most tokens of the tests' text the critic reads; 512 holds the
+  # probe tasks' 8 hidden tests (~250 bytes) and typical HumanEval suites.
+  critic.privileged_max_tokens = 512
+  return critic
 
 
 def get_mesh_config() -> ml_collections.ConfigDict:

@@ -51,10 +51,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Local directory of the checkpoint; required.
   config.hf_checkpoint_dir = ml_collections.config_dict.placeholder(str)
   config.rl = common.get_rl_config()
-  # Another checkpoint with the same tokenizer (e.g. a smaller model of the
-  # family) for the critic's trunk; unset: a copy of the actor's.
-  config.critic = ml_collections.ConfigDict()
-  config.critic.checkpoint_dir = ml_collections.config_dict.placeholder(str)
+  # The critic's trunk (a copy of the actor's, or another checkpoint with
+  # the same tokenizer) and what it reads; defaults in configs/common.py.
+  config.critic = common.get_critic_config()
   # The model's architecture comes from the checkpoint's config.json; these
   # are the fields it does not fix.
   config.model = ml_collections.ConfigDict()
@@ -160,4 +159,8 @@ def get_ppo_config(smoke: bool) -> ml_collections.ConfigDict:
   ppo.value_pretrain_iterations = 2 if smoke else 50
   ppo.value_pretrain_patience = 3
   ppo.value_pretrain_min_gain = 0.01
+  # DAPO's dynamic sampling (drop groups whose rewards are all equal, draw
+  # more prompts, at most this many rounds): off until measured here.
+  ppo.dynamic_sampling = False
+  ppo.dynamic_sampling_max_rounds = 3
   return ppo

@@ -64,6 +64,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # A tiny model drifts fast; 0.05 keeps it near the SFT model's format
   # (InstructGPT's 0.02 is for 1B+ models). Not yet tuned.
   config.rl.kl.coef = 0.05
+  # What the critic reads; defaults in configs/common.py.
+  config.critic = common.get_critic_config()
   # Decoder-only transformer (codeagent_rl/models/transformer.py).
   config.model = get_model_config(preset)
   # Device mesh and logical-axis rules; defaults in configs/common.py.
@@ -336,6 +338,15 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   # No value pre-training: the critic warm-up iterations above do its work
   # inside the PPO budget, as the README's numbers were measured.
   ppo.value_pretrain_iterations = 0
+  # Rounds without a gain of value_pretrain_min_gain in explained variance
+  # after which value pre-training stops.
   ppo.value_pretrain_patience = 3
   ppo.value_pretrain_min_gain = 0.01
+  # DAPO's dynamic sampling: groups whose rollouts all got the same reward
+  # are dropped and more prompts drawn until the batch is full. Off: the
+  # README's numbers were measured without it.
+  ppo.dynamic_sampling = False
+  # The most rounds of prompt draws per iteration (the first included);
+  # a batch still short after them is filled with the flat groups.
+  ppo.dynamic_sampling_max_rounds = 3
   return ppo

@@ -30,6 +30,7 @@ class PPOLossConfig:
   value_clip: float | None
   value_coef: float
   entropy_coef: float
+  positive_nll_coef: float
   agg_mode: str
   norm_length: float | None
 
@@ -51,9 +52,12 @@ class PPOLossConfig:
       raise ValueError(
         f"rl.loss.value_clip={self.value_clip}: must be > 0 or None."
       )
-    for name in ("value_coef", "entropy_coef"):
-      if getattr(self, name) < 0.0:
-        raise ValueError(f"rl.loss.{name}={getattr(self, name)}: must be >= 0.")
+    for name in ("value_coef", "entropy_coef", "positive_nll_coef"):
+      value = getattr(self, name)
+      if type(value) not in (int, float) or not 0.0 <= value < math.inf:
+        raise ValueError(
+          f"rl.loss.{name}={value!r}: must be a finite number >= 0."
+        )
     if self.agg_mode not in losses.AGG_MODES:
       raise ValueError(
         f"rl.loss.agg_mode={self.agg_mode!r}: expected one of"

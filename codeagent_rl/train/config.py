@@ -308,6 +308,14 @@ class PPOConfig:
       variance gained over this many rounds is below
       `value_pretrain_min_gain` (it has levelled off).
     value_pretrain_min_gain: see `value_pretrain_patience`.
+    dynamic_sampling: DAPO's dynamic sampling: a group whose rollouts all
+      got the same `Rewards.total` is dropped and more prompts are drawn
+      (`train/dynamic_sampling.py`) until the batch has
+      `prompts_per_iteration` groups with a reward spread, or
+      `dynamic_sampling_max_rounds` rounds have run; then the batch is
+      filled with flat groups.
+    dynamic_sampling_max_rounds: the most rounds of prompt draws of one
+      iteration, the first included (>= 1).
   """
 
   iterations: int
@@ -328,6 +336,8 @@ class PPOConfig:
   value_pretrain_iterations: int
   value_pretrain_patience: int
   value_pretrain_min_gain: float
+  dynamic_sampling: bool
+  dynamic_sampling_max_rounds: int
 
   def __post_init__(self):
     _int_at_least(
@@ -340,14 +350,24 @@ class PPOConfig:
       ),
       low=0,
     )
-    _int_at_least("ppo", self, ("value_pretrain_patience",), low=1)
+    _int_at_least(
+      "ppo",
+      self,
+      ("value_pretrain_patience", "dynamic_sampling_max_rounds"),
+      low=1,
+    )
     gain = self.value_pretrain_min_gain
     if type(gain) not in (int, float) or not 0 <= gain < math.inf:
       raise ValueError(
         f"config.ppo.value_pretrain_min_gain={gain!r}: must be a finite"
         " number >= 0."
       )
-    for name in ("skip_actor_on_flat_rewards", "packing", "reference_on_host"):
+    for name in (
+      "skip_actor_on_flat_rewards",
+      "packing",
+      "reference_on_host",
+      "dynamic_sampling",
+    ):
       if type(getattr(self, name)) is not bool:
         raise ValueError(
           f"config.ppo.{name}={getattr(self, name)!r}: must be a bool."

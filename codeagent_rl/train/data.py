@@ -130,9 +130,12 @@ def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
   return TaskSets(tuple(train), tuple(held_out), tuple(plans))
 
 
-# Salts of the prompt draws: PPO iterations, value pre-training rounds.
+# Salts of the prompt draws: PPO iterations, value pre-training rounds,
+# dynamic sampling's extra rounds.
 PPO_PROMPTS = 0x5EED
 VALUE_PRETRAIN_PROMPTS = 0x7A1E
+# Dynamic sampling's round r >= 1 of an iteration draws with this + r.
+DYNAMIC_SAMPLING_PROMPTS = 0xD5A0
 
 
 def iteration_prompts(

@@ -53,7 +53,10 @@ _SECTIONS = {
 # name of the checkpoint, for the record; critic: `critic.checkpoint_dir`).
 _OPTIONAL = ("hf_checkpoint_dir", "hf_model_id", "critic")
 # Fields of the optional config.critic section.
-_CRITIC_FIELDS = ("checkpoint_dir",)
+_CRITIC_FIELDS = ("checkpoint_dir", "privileged", "privileged_max_tokens")
+# What the critic sees besides the trajectory (`critic.privileged`): nothing,
+# or the task's hidden tests in front of it (train/critic_inputs.py).
+PRIVILEGED = ("none", "tests")
 # Fields of config.model that a Hugging Face checkpoint does not fix.
 HF_FREE_MODEL_FIELDS = ("dtype", "param_dtype", "remat", "logits_chunk")
 
@@ -114,6 +117,69 @@ def _model(
         " field or fix the checkpoint path)."
       )
   return model
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivilegedCritic:
+  """What the critic reads that the actor never does (`config.critic`).
+
+  Attributes:
+    mode: "none", or "tests": the task's hidden tests, rendered as text,
+      come before the trajectory in the critic's input only (the critic is
+      discarded after training; nothing of it reaches the policy).
+    max_tokens: the most tokens of that text the critic reads (longer text
+      is cut at the end).
+  """
+
+  mode: str = "none"
+  max_tokens: int = 0
+
+  def __post_init__(self):
+    if self.mode not in PRIVILEGED:
+      raise ValueError(
+        f"config.critic.privileged={self.mode!r}: expected one of {PRIVILEGED}."
+      )
+    if self.mode != "none" and (
+      type(self.max_tokens) is not int or self.max_tokens < 1
+    ):
+      raise ValueError(
+        f"config.critic.privileged_max_tokens={self.max_tokens!r}: must be"
+        " an integer >= 1 with critic.privileged="
+        f"{self.mode!r}."
+      )
+
+  @property
+  def enabled(self) -> bool:
+    """Whether the critic reads anything besides the trajectory."""
+    return self.mode != "none"
+
+
+def _privileged(
+  config: ml_collections.ConfigDict, rl: rl_config.RLConfig
+) -> PrivilegedCritic:
+  """`config.critic.privileged` (and its token cap), checked with the run."""
+  section = config.get("critic")
+  if section is None or section.get("privileged") in (None, "none"):
+    return PrivilegedCritic()
+  out = PrivilegedCritic(
+    mode=section.get("privileged"),
+    max_tokens=section.get("privileged_max_tokens"),
+  )
+  if rl.advantage.estimator != "gae":
+    raise ValueError(
+      f"config.critic.privileged={out.mode!r}: rl.advantage.estimator="
+      f"{rl.advantage.estimator!r} trains no critic; use 'gae' or set"
+      " critic.privileged='none'."
+    )
+  if rl.adaptive_truncation.enabled:
+    # The stopper reads the critic on rollout prefixes, which carry no
+    # privileged text.
+    raise ValueError(
+      f"config.critic.privileged={out.mode!r} with"
+      " rl.adaptive_truncation.enabled: the truncation's critic reads"
+      " rollout prefixes only; use one or the other."
+    )
+  return out
 
 
 def _critic_checkpoint(
@@ -230,6 +296,8 @@ class Experiment:
   # built like the actor.
   critic_checkpoint_dir: str | None = None
   critic_checkpoint_model: transformer.TransformerConfig | None = None
+  # What only the critic reads (`config.critic.privileged`).
+  privileged: PrivilegedCritic = PrivilegedCritic()
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Experiment:
@@ -261,6 +329,7 @@ class Experiment:
     rl = rl_config.RLConfig.from_config(config.rl)
     model = _model(config.model, hf_dir)
     critic_dir, critic_model = _critic_checkpoint(config, hf_dir, model, rl)
+    privileged = _privileged(config, rl)
     exp = cls(
       preset=str(config.preset),
       seed=seed,
@@ -269,6 +338,7 @@ class Experiment:
       hf_checkpoint_dir=hf_dir,
       critic_checkpoint_dir=critic_dir,
       critic_checkpoint_model=critic_model,
+      privileged=privileged,
       **sections,
     )
     exp.check()
@@ -301,6 +371,13 @@ class Experiment:
         f"={self.ppo.max_staleness}: the critic that decides the cuts is"
         " being updated while overlapped rollouts run; use one or the"
         " other."
+      )
+    if self.ppo.dynamic_sampling and (self.ppo.max_staleness or cut.enabled):
+      # Extra rounds of rollouts would run while the update changes the
+      # actor (overlap), or under a stopper whose records cover one round.
+      raise ValueError(
+        "config.ppo.dynamic_sampling needs ppo.max_staleness=0 and"
+        " rl.adaptive_truncation.enabled=False; turn one of them off."
       )
     data = self.data
     if data.train_tasks is not None and data.demonstrations is None:
@@ -393,5 +470,10 @@ def to_dict(exp: Experiment) -> dict[str, Any]:
   """
   view = dataclasses.asdict(exp)
   del view["critic_checkpoint_model"]
-  view["critic"] = {"checkpoint_dir": view.pop("critic_checkpoint_dir")}
+  privileged = view.pop("privileged")
+  view["critic"] = {
+    "checkpoint_dir": view.pop("critic_checkpoint_dir"),
+    "privileged": privileged["mode"],
+    "privileged_max_tokens": privileged["max_tokens"],
+  }
   return view

@@ -80,6 +80,17 @@ def ppo_iteration(seed: int, iteration: int) -> dict[str, jax.Array]:
   return {"rollout": rollout, "update": update, "eval": evaluation}
 
 
+def dynamic_sampling_round(rollout: jax.Array, round_index: int) -> jax.Array:
+  """The rollout key of dynamic sampling's round `round_index` (>= 1).
+
+  Round 0 is the iteration's own rollout key, so a run with dynamic
+  sampling samples the same first round as one without.
+  """
+  if round_index < 1:
+    raise ValueError(f"dynamic sampling round {round_index}: must be >= 1.")
+  return transfers.fold_in(transfers.fold_in(rollout, 0xD5), round_index)
+
+
 def value_pretrain(seed: int, step: int) -> dict[str, jax.Array]:
   """Keys of value pre-training round `step`: "rollout", "update"."""
   it = transfers.fold_in(stream(seed, "value_pretrain"), step)

@@ -95,7 +95,9 @@ from codeagent_rl.rollout import agent_loop
 from codeagent_rl.rollout import continuous
 from codeagent_rl.rollout import truncation
 from codeagent_rl.tasks import schema
+from codeagent_rl.train import critic_inputs
 from codeagent_rl.train import data as data_lib
+from codeagent_rl.train import dynamic_sampling
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import keys
@@ -104,6 +106,9 @@ from codeagent_rl.train import packing
 from codeagent_rl.train import steps
 from codeagent_rl.train import value_pretrain
 from codeagent_rl.train import workdir as workdir_lib
+
+# The data position's flag of the checkpoint saved after value pre-training.
+VALUE_PRETRAINED = "value_pretrained"
 
 # (actor, critic): the critic is None for critic-free estimators.
 States = tuple[state_lib.TrainState, state_lib.TrainState | None]
@@ -132,6 +137,10 @@ class Collected:
     stopper: the adaptive-truncation hook that ran, or None.
     anticheat_s: seconds spent scoring.
     wall_s: seconds the whole collection took.
+    solved: [B] bool, episodes solved on suites A and B (`solved.py`; a
+      stage-1 rejection is never solved).
+    sampling_scalars: what dynamic sampling drew beyond the batch
+      (`dynamic_sampling/*`); empty without it.
   """
 
   rollout: Any
@@ -141,6 +150,8 @@ class Collected:
   stopper: truncation.Stopper | None
   anticheat_s: float
   wall_s: float
+  solved: np.ndarray
+  sampling_scalars: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -483,6 +494,7 @@ class Learner:
     *,
     index: int,
     value_only: bool = False,
+    more_prompts: Callable[[int], Sequence[schema.Task]] | None = None,
   ) -> Collected:
     """Steps 1-2 of the module docstring: rollouts of `actor_params`, scored.
 
@@ -495,15 +507,38 @@ class Learner:
       prompts: the iteration's prompts (`data.iteration_prompts`).
       rng: the iteration's keys (`keys.ppo_iteration`); "rollout" is used.
       index: the iteration's 0-based index.
-      value_only: value pre-training (no truncation).
+      value_only: value pre-training (no truncation, no dynamic sampling).
+      more_prompts: round r >= 1 -> the prompts of dynamic sampling's
+        round r (`ppo.dynamic_sampling`); None: no dynamic sampling.
     """
     start = time.perf_counter()
     # Value pre-training regresses on Monte-Carlo returns: no cuts there.
     stopper = None if value_only else self.stopper(critic, index)
-    rollout = self.rollouts(
-      self.sampling_params(actor_params), prompts, rng, stopper=stopper
+    params = self.sampling_params(actor_params)
+    rollout = self.rollouts(params, prompts, rng, stopper=stopper)
+    collected = self.score(rollout, start, stopper)
+    if value_only or more_prompts is None or not self.exp.ppo.dynamic_sampling:
+      return collected
+
+    def more(round_index):
+      round_rng = {
+        "rollout": keys.dynamic_sampling_round(rng["rollout"], round_index)
+      }
+      extra = self.score(
+        self.rollouts(params, more_prompts(round_index), round_rng),
+        time.perf_counter(),
+      )
+      return extra.rollout, extra.total
+
+    rollout, rounds = dynamic_sampling.sample(
+      collected.rollout,
+      collected.total,
+      more,
+      want=self.exp.ppo.prompts_per_iteration,
+      max_rounds=self.exp.ppo.dynamic_sampling_max_rounds,
     )
-    return self.score(rollout, start, stopper)
+    scored = self.rewards_of(rollout, start, None)
+    return dataclasses.replace(scored, sampling_scalars=rounds.scalars())
 
   def sampling_params(self, actor_params: Any) -> Any:
     """The actor params `rollouts` samples with: on this process's devices.
@@ -591,9 +626,26 @@ class Learner:
     """
     if jax.process_count() > 1:
       rollout = agent_loop.concat(distributed.gather(rollout))
+    return self.rewards_of(rollout, start, stopper)
+
+  def rewards_of(
+    self,
+    rollout: agent_loop.Rollout,
+    start: float,
+    stopper: truncation.Stopper | None,
+  ) -> Collected:
+    """`score` on episodes every process already holds (no gather)."""
     anticheat_start = time.perf_counter()
     rewards, ac_scalars = self.anticheat.rollout_rewards(rollout.episodes)
     total = np.asarray(jax.device_get(rewards.total), np.float32)
+    rejected = pipeline.rejected(rewards, self.exp.anticheat)
+    solved = np.asarray(
+      [
+        eval_lib.solved_ab(e.outcome, r)
+        for e, r in zip(rollout.episodes, rejected, strict=True)
+      ],
+      bool,
+    )
     done = time.perf_counter()
     return Collected(
       rollout=rollout,
@@ -603,6 +655,7 @@ class Learner:
       stopper=stopper,
       anticheat_s=done - anticheat_start,
       wall_s=done - start,
+      solved=solved,
     )
 
   def learn(
@@ -647,6 +700,8 @@ class Learner:
       timer,
       value_only=value_only,
       behaviour_params=behaviour_params,
+      tasks=[e.task for e in rollout.episodes],
+      solved=collected.solved,
     )
     episode_scalars, histograms = eval_lib.rollout_metrics(
       rollout, collected.rewards, self.exp.anticheat
@@ -661,6 +716,17 @@ class Learner:
     scalars["perf/tokens_per_s"] = generated / max(
       rollout.timings["generate_s"], 1e-9
     )
+    # What was sampled, kept or not: the budget estimators are compared at.
+    scalars["sampling/episodes"] = float(len(rollout.episodes))
+    scalars["sampling/tokens"] = generated
+    if collected.sampling_scalars:
+      scalars.update(collected.sampling_scalars)
+      scalars["sampling/episodes"] = collected.sampling_scalars[
+        "dynamic_sampling/episodes_sampled"
+      ]
+      scalars["sampling/tokens"] = collected.sampling_scalars[
+        "dynamic_sampling/tokens_sampled"
+      ]
     scalars["perf/staleness"] = float(behaviour_params is not None)
     return states, Metrics(scalars, histograms)
 
@@ -719,6 +785,8 @@ class Learner:
     *,
     value_only: bool = False,
     behaviour_params: Any = None,
+    tasks: Sequence[schema.Task] | None = None,
+    solved: np.ndarray | None = None,
   ) -> tuple[States, dict[str, float]]:
     """Steps 4-6 of the module docstring on one iteration's rollouts.
 
@@ -733,6 +801,10 @@ class Learner:
       behaviour_params: the actor params that sampled `batch`, when older
         than `states[0]`'s: their log-probs (same pass as the proximal
         ones) weight the loss (`losses.ppo_policy_loss`); None: on policy.
+      tasks: the task of each row; needed by a test-aware critic
+        (`critic.privileged`), which reads their hidden tests.
+      solved: [B] bool, the episodes solved on suites A and B; needed by
+        `rl.loss.positive_nll_coef` > 0.
 
     Returns:
       The updated states and the update's scalars.
@@ -744,18 +816,41 @@ class Learner:
         the metrics' `device_get`): it runs under
         `jax.transfer_guard("disallow")`.
     """
+    host = _trim(batch, self.exp.ppo.length_bucket)
+    host["total"] = np.asarray(total, np.float32)
+    host.update(self._extra_inputs(host, tasks, solved))
     with jax.transfer_guard("disallow"):
       return self._update(
-        states, batch, total, index, rng, timer, value_only, behaviour_params
+        states, host, index, rng, timer, value_only, behaviour_params
       )
 
-  def _update(
-    self, states, batch, total, index, rng, timer, value_only, behaviour
-  ):
+  def _extra_inputs(self, host, tasks, solved) -> dict[str, np.ndarray]:
+    """The test-aware critic's prefix and the solved episodes' tokens."""
+    exp = self.exp
+    out = {}
+    if exp.privileged.enabled:
+      if tasks is None or len(tasks) != len(host["total"]):
+        raise ValueError(
+          "critic.privileged needs the task of every row (Learner.update's"
+          " `tasks`)."
+        )
+      out["critic_prefix"], out["critic_prefix_valid"] = (
+        critic_inputs.prefix_arrays(
+          exp.conversation, tasks, exp.privileged.max_tokens
+        )
+      )
+    if exp.rl.loss.positive_nll_coef:
+      if solved is None or len(solved) != len(host["total"]):
+        raise ValueError(
+          "rl.loss.positive_nll_coef > 0 needs which episodes are solved"
+          " (Learner.update's `solved`)."
+        )
+      out["positive"] = host["trainable"] & np.asarray(solved, bool)[:, None]
+    return out
+
+  def _update(self, states, host, index, rng, timer, value_only, behaviour):
     exp = self.exp
     actor, critic = states
-    host = _trim(batch, exp.ppo.length_bucket)
-    host["total"] = np.asarray(total, np.float32)
     packed = exp.ppo.packing
     with timer.phase("logprobs_values"):
       arrays = self.shard(host)  # the batch's one trip to the devices
@@ -766,9 +861,17 @@ class Learner:
       if behaviour is not None:
         behaviour_logp = self.log_probs(behaviour, tokens, valid, pack=pack)
       ref_logp = self._ref_log_probs(self.ref_params, tokens, valid, pack=pack)
+      prefix = arrays.get("critic_prefix")
+      prefix_valid = arrays.get("critic_prefix_valid")
       if critic is not None:
         values, after_last = self.values(
-          critic.params, tokens, valid, arrays["length"], pack=pack
+          critic.params,
+          tokens,
+          valid,
+          arrays["length"],
+          pack=pack,
+          prefix=prefix,
+          prefix_valid=prefix_valid,
         )
       else:
         values, after_last = self._no_values(old_logp)
@@ -795,6 +898,9 @@ class Learner:
         returns=returns,
         old_values=values,
         behaviour_logp=behaviour_logp,
+        positive=arrays.get("positive"),
+        critic_prefix=prefix,
+        critic_prefix_valid=prefix_valid,
       )
       if critic is not None:
         metrics["critic/explained_variance"] = self.explained_variance(
@@ -973,18 +1079,34 @@ def run_ppo(
   try:
     with ckpt_lib.Checkpointer(paths.checkpoints, exp.checkpoint) as ckpt:
       restored = ckpt.restore_latest(actor=actor, critic=critic, rng=run_key)
-      start = 0
+      start, pretrained = 0, False
       if restored is not None:
         actor, critic = restored.actor, restored.critic
         start = int(restored.data_position["iteration"])
+        pretrained = bool(restored.data_position.get(VALUE_PRETRAINED))
         logging.info(
           "PPO: resumed at iteration %d from %s", start, ckpt.directory
         )
       if (
-        start == 0 and critic is not None and exp.ppo.value_pretrain_iterations
+        start == 0
+        and not pretrained
+        and critic is not None
+        and exp.ppo.value_pretrain_iterations
       ):
         actor, critic = value_pretrain.pretrain_value(
           learner, (actor, critic), train_tasks, paths.value_pretrain, console
+        )
+        # Step 0 holds the pre-trained critic: a resume starts PPO from it
+        # instead of pre-training again.
+        ckpt.save(
+          ckpt_lib.TrainCheckpoint(
+            actor=actor,
+            critic=critic,
+            step=0,
+            rng=run_key,
+            data_position={"iteration": 0, VALUE_PRETRAINED: True},
+          ),
+          force=True,
         )
       done = start
       pending = None  # (future of iteration it's rollouts, their params)
@@ -1002,7 +1124,14 @@ def run_ppo(
             train_tasks, exp.seed, it, exp.ppo.prompts_per_iteration
           )
           collected = learner.collect(
-            actor.params, critic, prompts, it_keys, index=it
+            actor.params,
+            critic,
+            prompts,
+            it_keys,
+            index=it,
+            more_prompts=functools.partial(
+              _dynamic_round_prompts, train_tasks, exp, it
+            ),
           )
         if overlap and it + 1 < total_iterations and not stop.requested:
           # The update donates the actor's buffers: the thread samples from
@@ -1074,6 +1203,22 @@ def run_ppo(
     iterations_done=done,
     last_eval=last_eval,
     stopped_early=done < total_iterations,
+  )
+
+
+def _dynamic_round_prompts(
+  train_tasks: Sequence[schema.Task],
+  exp: exp_lib.Experiment,
+  iteration: int,
+  round_index: int,
+) -> list[schema.Task]:
+  """The prompts of dynamic sampling's round `round_index` of `iteration`."""
+  return data_lib.iteration_prompts(
+    train_tasks,
+    exp.seed,
+    iteration,
+    exp.ppo.prompts_per_iteration,
+    salt=data_lib.DYNAMIC_SAMPLING_PROMPTS + round_index,
   )
 
 

@@ -58,6 +58,12 @@ class PPOBatch:
     old_values: float32 critic values at rollout time.
     behaviour_logp: None (the rollouts are on policy), or float32 log-probs
       under the older policy that sampled them (`ppo.max_staleness`).
+    positive: None, or bool: the trainable tokens of episodes solved on
+      suites A and B, the targets of `rl.loss.positive_nll_coef`'s term.
+    critic_prefix: None, or int32 [B, P] ids the critic reads before each
+      row (`critic.privileged`; left-padded, see `critic_inputs`); the
+      actor never sees them.
+    critic_prefix_valid: None, or [B, P] bool: which of them are real.
     pack_src: None, or the `packing.Plan.src` of each micro-batch stacked
       ([micro-batches * R, T]): the forwards run on packed rows.
     pack_dst: None, or [B, T] `packing.Plan.dst` of each row, into its
@@ -73,6 +79,9 @@ class PPOBatch:
   returns: jax.Array
   old_values: jax.Array
   behaviour_logp: jax.Array | None = None
+  positive: jax.Array | None = None
+  critic_prefix: jax.Array | None = None
+  critic_prefix_valid: jax.Array | None = None
   pack_src: jax.Array | None = None
   pack_dst: jax.Array | None = None
 
@@ -282,6 +291,36 @@ def actor_log_probs(
   return in_row_groups(one, num_groups, (tokens, valid), pack)
 
 
+def critic_outputs(
+  model: transformer.Critic,
+  params: Any,
+  tokens: jax.Array,
+  valid: jax.Array,
+  pack: tuple[jax.Array, jax.Array] | None = None,
+  prefix: jax.Array | None = None,
+  prefix_valid: jax.Array | None = None,
+) -> jax.Array:
+  """[B, T] the critic's per-token outputs (unshifted) on the rows.
+
+  With `prefix` ([B, P] ids and validity) the critic reads them before each
+  row, and the outputs are those at the row's own positions: the same
+  trajectory positions as without. Such rows run padded (`pack` is
+  ignored: the packing plans are the actor's rows').
+  """
+  if prefix is None:
+    return _apply(model, params, tokens, valid, pack)
+  chex.assert_equal_shape([prefix, prefix_valid])
+  chex.assert_equal_shape_prefix([prefix, tokens], 1)
+  width = prefix.shape[1]
+  out = _apply(
+    model,
+    params,
+    jnp.concatenate([prefix, tokens], axis=1),
+    jnp.concatenate([prefix_valid.astype(bool), valid.astype(bool)], axis=1),
+  )
+  return out[:, width:]
+
+
 def critic_values(
   params: Any,
   tokens: jax.Array,
@@ -291,17 +330,32 @@ def critic_values(
   model: transformer.Critic,
   pack: tuple[jax.Array, jax.Array] | None = None,
   num_groups: int = 1,
+  prefix: jax.Array | None = None,
+  prefix_valid: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """([B, T] shifted values, [B] value after the last valid token).
 
-  `num_groups` row groups run one after another (`in_row_groups`).
+  `num_groups` row groups run one after another (`in_row_groups`). With
+  `prefix` the critic reads it before each row (`critic_outputs`).
   """
-  values = in_row_groups(
-    lambda tokens, valid, pack: _apply(model, params, tokens, valid, pack),
-    num_groups,
-    (tokens, valid),
-    pack,
-  )
+  if prefix is None:
+    values = in_row_groups(
+      lambda tokens, valid, pack: critic_outputs(
+        model, params, tokens, valid, pack
+      ),
+      num_groups,
+      (tokens, valid),
+      pack,
+    )
+  else:
+    values = in_row_groups(
+      lambda tokens, valid, prefix, prefix_valid, pack: critic_outputs(
+        model, params, tokens, valid, None, prefix, prefix_valid
+      ),
+      num_groups,
+      (tokens, valid, prefix, prefix_valid),
+      None,
+    )
   last = jnp.clip(length - 1, 0, values.shape[1] - 1)
   after_last = jnp.take_along_axis(values, last[:, None], axis=1)[:, 0]
   return shifted_values(values), after_last
@@ -407,7 +461,9 @@ def _accumulate(loss_fn, params, batch: PPOBatch, num_micro: int):
   return grads, metrics
 
 
-def _actor_loss(params, micro, *, model, rl, temperature, vocab_limit, norm):
+def _actor_loss(
+  params, micro, *, model, rl, temperature, vocab_limit, norm, pos_norm
+):
   stats = shifted_token_stats(
     model,
     params,
@@ -447,6 +503,12 @@ def _actor_loss(params, micro, *, model, rl, temperature, vocab_limit, norm):
     )
     loss = loss + rl.kl.coef * kl_term
     metrics["loss/kl"] = kl_term
+  if loss_cfg.positive_nll_coef:
+    # VAPO's positive-example LM loss: the NLL of solved episodes' tokens,
+    # averaged over those tokens of the whole minibatch.
+    nll = losses.token_mean(-logp, micro.positive, pos_norm)
+    loss = loss + loss_cfg.positive_nll_coef * nll
+    metrics["loss/positive_nll"] = nll
   ent = losses.token_mean(stats["entropy"], micro.trainable, norm)
   metrics["policy/entropy"] = jax.lax.stop_gradient(ent)
   if loss_cfg.entropy_coef:
@@ -469,6 +531,14 @@ def actor_step(
   """One PPO policy update on a minibatch, accumulated over micro-batches."""
   del rng  # the forward is deterministic (no dropout)
   norm = losses.normalizer_for(batch.trainable)
+  pos_norm = None
+  if rl.loss.positive_nll_coef:
+    if batch.positive is None:
+      raise ValueError(
+        "rl.loss.positive_nll_coef > 0 needs PPOBatch.positive (the solved"
+        " episodes' tokens)."
+      )
+    pos_norm = losses.normalizer_for(batch.positive)
   loss_fn = functools.partial(
     _actor_loss,
     model=model,
@@ -476,6 +546,7 @@ def actor_step(
     temperature=temperature,
     vocab_limit=vocab_limit,
     norm=norm,
+    pos_norm=pos_norm,
   )
   grads, metrics = _accumulate(loss_fn, state.params, batch, num_micro)
   metrics["grad_norm/actor"] = optax.tree.norm(grads)
@@ -484,7 +555,15 @@ def actor_step(
 
 def _critic_loss(params, micro, *, model, rl, norm):
   values = shifted_values(
-    _apply(model, params, micro.tokens, micro.valid, micro.pack)
+    critic_outputs(
+      model,
+      params,
+      micro.tokens,
+      micro.valid,
+      micro.pack,
+      micro.critic_prefix,
+      micro.critic_prefix_valid,
+    )
   )
   loss_cfg = rl.loss
   loss, diag = losses.clipped_value_loss(

@@ -48,8 +48,9 @@ def pretrain_value(
   the values before each round's update) gained less than
   `ppo.value_pretrain_min_gain` over `ppo.value_pretrain_patience` rounds.
   One JSON line per round goes to `path`, written when pre-training ends;
-  an interrupted pre-training starts again (PPO's first checkpoint holds
-  its critic).
+  `ppo.run_ppo` then saves the pre-trained critic as checkpoint step 0,
+  which a resumed run starts from (an interrupted pre-training starts
+  again).
 
   Returns:
     (actor, critic): the actor as it was, the pre-trained critic.
