@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from codeagent_rl.rl import gae
-from tests.rl import gae_test
+from tests.helpers import gae_reference
 
-METHODS = gae_test.METHODS
-compute_gae = gae_test.compute_gae
+METHODS = sorted(gae.GAE_METHODS)
+compute_gae = jax.jit(gae.compute_gae, static_argnames=("method",))
 compute_turn_gae = jax.jit(gae.compute_turn_gae, static_argnames=("method",))
 
 
@@ -18,7 +18,7 @@ def numpy_gae_rows(rewards, values, trainable, gamma, lams, truncated, boot):
   adv = np.zeros(rewards.shape)
   ret = np.zeros(rewards.shape)
   for i, lam in enumerate(lams):
-    a, r = gae_test.numpy_gae(
+    a, r = gae_reference.numpy_gae(
       rewards[i : i + 1],
       values[i : i + 1],
       trainable[i : i + 1],
@@ -60,7 +60,7 @@ def numpy_turn_gae(rewards, values, trainable, gamma, lam, truncated, boot):
 @pytest.mark.parametrize("method", METHODS)
 def test_per_row_lambda_matches_one_row_at_a_time(method):
   rng = np.random.default_rng(5)
-  rewards, values, trainable, truncated, boot = gae_test.random_ragged(
+  rewards, values, trainable, truncated, boot = gae_reference.random_ragged(
     rng, 12, 80
   )
   lams = rng.random(12).astype(np.float32)
@@ -84,7 +84,7 @@ def test_per_row_lambda_matches_one_row_at_a_time(method):
 
 def test_a_scalar_and_equal_per_row_lambdas_agree():
   rng = np.random.default_rng(6)
-  rewards, values, trainable, truncated, boot = gae_test.random_ragged(
+  rewards, values, trainable, truncated, boot = gae_reference.random_ragged(
     rng, 6, 40
   )
   kw = dict(truncated=truncated, bootstrap_value=boot, gamma=1.0)
@@ -158,7 +158,7 @@ def test_turn_credit_hand_worked(method):
 @pytest.mark.parametrize("lam", [1.0, 0.9, 0.0])
 def test_turn_credit_parity_with_numpy_loop(method, lam):
   rng = np.random.default_rng(int(lam * 10) + 1)
-  rewards, values, trainable, truncated, boot = gae_test.random_ragged(
+  rewards, values, trainable, truncated, boot = gae_reference.random_ragged(
     rng, 16, 97
   )
   adv, ret = compute_turn_gae(
@@ -180,7 +180,7 @@ def test_turn_credit_parity_with_numpy_loop(method, lam):
 
 def test_turn_credit_reads_only_each_turns_first_value():
   rng = np.random.default_rng(9)
-  rewards, values, trainable, truncated, boot = gae_test.random_ragged(
+  rewards, values, trainable, truncated, boot = gae_reference.random_ragged(
     rng, 8, 64
   )
   kw = dict(gamma=1.0, lam=0.8, truncated=truncated, bootstrap_value=boot)

@@ -20,15 +20,15 @@ from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.tasks import probes
 from codeagent_rl.train import critic_inputs
 from codeagent_rl.train import steps
-from tests.train import steps_test
+from tests.helpers import learner_steps
 
-MODEL = steps_test.MODEL
-BATCH, LENGTH = steps_test.BATCH, steps_test.LENGTH
+MODEL = learner_steps.MODEL
+BATCH, LENGTH = learner_steps.BATCH, learner_steps.LENGTH
 
 
 @pytest.fixture(scope="module")
 def params():
-  return steps_test.params.__wrapped__()
+  return learner_steps.init_params()
 
 
 def _critic_out(critic_params, tokens, valid, prefix=None, prefix_valid=None):
@@ -45,7 +45,7 @@ def _critic_out(critic_params, tokens, valid, prefix=None, prefix_valid=None):
 
 
 def test_an_empty_prefix_changes_no_value(params):
-  batch = steps_test._ppo_batch(0)  # noqa: SLF001
+  batch = learner_steps.ppo_batch(0)
   plain = _critic_out(params[1], batch.tokens, batch.valid)
   prefix = jnp.full((BATCH, 5), 7, jnp.int32)
   empty = _critic_out(
@@ -58,7 +58,7 @@ def test_an_empty_prefix_changes_no_value(params):
 
 
 def test_a_prefix_is_read_and_values_come_back_at_row_positions(params):
-  batch = steps_test._ppo_batch(1)  # noqa: SLF001
+  batch = learner_steps.ppo_batch(1)
   rng = np.random.default_rng(0)
   prefix = jnp.asarray(rng.integers(0, 40, (BATCH, 6)), jnp.int32)
   prefix_valid = np.ones((BATCH, 6), bool)
@@ -82,7 +82,7 @@ def test_a_prefix_is_read_and_values_come_back_at_row_positions(params):
 
 
 def test_critic_values_with_a_prefix_in_row_groups(params):
-  batch = steps_test._ppo_batch(2)  # noqa: SLF001
+  batch = learner_steps.ppo_batch(2)
   prefix = jnp.full((BATCH, 3), 5, jnp.int32)
   prefix_valid = jnp.ones((BATCH, 3), bool)
   length = jnp.sum(batch.valid, axis=1)
@@ -105,19 +105,17 @@ def test_critic_values_with_a_prefix_in_row_groups(params):
 
 
 def _nll_step(coef):
-  rl = steps_test._rl(  # noqa: SLF001
-    loss__positive_nll_coef=coef, kl__coef=0.0
-  )
+  rl = learner_steps.rl(loss__positive_nll_coef=coef, kl__coef=0.0)
   return jax.jit(
     lambda state, batch: steps.actor_step(
       state,
       batch,
       jax.random.key(0),
       model=transformer.Actor(MODEL),
-      tx=steps_test.TX,
+      tx=learner_steps.TX,
       rl=rl,
       temperature=1.0,
-      vocab_limit=steps_test.VOCAB_LIMIT,
+      vocab_limit=learner_steps.VOCAB_LIMIT,
       num_micro=2,
     )
   )
@@ -130,20 +128,20 @@ def _logp(actor_params, batch):
     batch.valid,
     model=transformer.Actor(MODEL),
     temperature=1.0,
-    vocab_limit=steps_test.VOCAB_LIMIT,
+    vocab_limit=learner_steps.VOCAB_LIMIT,
   )
 
 
 def test_positive_nll_raises_the_solved_episodes_tokens(params):
   """With zero advantages only the NLL term moves the actor: up on them."""
-  batch = steps_test._ppo_batch(3, advantages=np.zeros((BATCH, LENGTH)))  # noqa: SLF001
+  batch = learner_steps.ppo_batch(3, advantages=np.zeros((BATCH, LENGTH)))
   trainable = np.asarray(batch.trainable)
   positive = trainable.copy()
   positive[BATCH // 2 :] = False
   batch = batch.replace(
     positive=jnp.asarray(positive), old_logp=_logp(params[0], batch)
   )
-  state = state_lib.TrainState.create(params[0], steps_test.TX)
+  state = state_lib.TrainState.create(params[0], learner_steps.TX)
   new, metrics = _nll_step(1.0)(state, batch)
   assert float(metrics["loss/positive_nll"]) > 0
   gain = np.asarray(_logp(new.params, batch) - batch.old_logp)
@@ -153,12 +151,12 @@ def test_positive_nll_raises_the_solved_episodes_tokens(params):
 
 
 def test_positive_nll_is_exact_over_micro_batches(params):
-  batch = steps_test._ppo_batch(4)  # noqa: SLF001
+  batch = learner_steps.ppo_batch(4)
   positive = np.asarray(batch.trainable).copy()
   positive[::3] = False
   batch = batch.replace(positive=jnp.asarray(positive))
-  state = state_lib.TrainState.create(params[0], steps_test.TX)
-  rl = steps_test._rl(loss__positive_nll_coef=0.1)  # noqa: SLF001
+  state = state_lib.TrainState.create(params[0], learner_steps.TX)
+  rl = learner_steps.rl(loss__positive_nll_coef=0.1)
   outs = [
     jax.jit(
       lambda s, b, n=n: steps.actor_step(
@@ -166,10 +164,10 @@ def test_positive_nll_is_exact_over_micro_batches(params):
         b,
         jax.random.key(0),
         model=transformer.Actor(MODEL),
-        tx=steps_test.TX,
+        tx=learner_steps.TX,
         rl=rl,
         temperature=1.0,
-        vocab_limit=steps_test.VOCAB_LIMIT,
+        vocab_limit=learner_steps.VOCAB_LIMIT,
         num_micro=n,
       )
     )(state, batch)
@@ -182,8 +180,8 @@ def test_positive_nll_is_exact_over_micro_batches(params):
 
 
 def test_positive_nll_without_the_mask_is_refused(params):
-  batch = steps_test._ppo_batch(5)  # noqa: SLF001
-  state = state_lib.TrainState.create(params[0], steps_test.TX)
+  batch = learner_steps.ppo_batch(5)
+  state = state_lib.TrainState.create(params[0], learner_steps.TX)
   with pytest.raises(ValueError, match="PPOBatch.positive"):
     _nll_step(0.1)(state, batch)
 
