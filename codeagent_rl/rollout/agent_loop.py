@@ -18,6 +18,9 @@ episodes keep generating: the sandbox overlaps with generation. Rows are
 padded to a fixed length (`max_total_tokens` of the environment), so the
 learner compiles once. `rollout.continuous.collect` builds the same batch
 without the lockstep: a row whose episode ended starts the next task.
+With `starts`, `collect` continues open episodes from their ids so far
+instead of starting them (Monte-Carlo continuations of a restored state,
+`benchmarks/advantage_quality.py`).
 
 The policy is anything that implements `Policy`; `SamplerPolicy` runs the
 transformer with its KV cache, tests use scripted policies. An optional
@@ -328,6 +331,7 @@ def collect(
   rng: jax.Array,
   *,
   stopper: StopHook | None = None,
+  starts: Sequence[tuple[code_env.EpisodeState, Sequence[int]]] | None = None,
 ) -> Rollout:
   """Runs one episode per task to the end, all turns batched.
 
@@ -340,6 +344,12 @@ def collect(
     stopper: asked after each turn about the episodes still open; those it
       answers True for are cut (stop reason `code_env.STOP_ADAPTIVE`). Its
       time goes to `timings["stop_s"]`.
+    starts: None (every row starts with `env.reset(task)`), or per row an
+      open episode to continue: its state (the task's, with the turns taken
+      so far) and the ids of its conversation so far (prompt, actions and
+      observations: `state.num_tokens` ids), which start the row, none of
+      them trainable, and the policy's conversation. Turns are counted
+      from the first one taken here (`fold_in(rng, 1)` for it).
 
   Returns:
     The `Rollout`; rows are padded to `env.config.max_total_tokens`.
@@ -348,8 +358,12 @@ def collect(
     raise ValueError(f"{len(tasks)} tasks but {len(group_ids)} group ids.")
   cfg = env.config
   fmt = env.format
-  states = [env.reset(task) for task in tasks]
-  rows = [_Row(list(s.prompt_ids), [False] * len(s.prompt_ids)) for s in states]
+  if starts is None:
+    states = [env.reset(task) for task in tasks]
+    prefixes = [s.prompt_ids for s in states]
+  else:
+    states, prefixes = _resumed(tasks, starts)
+  rows = [_Row(list(p), [False] * len(p)) for p in prefixes]
   longest = max(len(r.tokens) for r in rows)
   if longest >= cfg.max_total_tokens:
     raise ValueError(
@@ -361,7 +375,7 @@ def collect(
     stopper.reset()
     timings["stop_s"] = 0.0
   start = time.perf_counter()
-  policy.begin([s.prompt_ids for s in states])
+  policy.begin(prefixes)
   timings["generate_s"] += time.perf_counter() - start
   turn = 0
   # Rows whose `<submit>` is being graded in the background: row -> future.
@@ -440,6 +454,41 @@ def collect(
       bool,
     )
   return Rollout(batch, states, timings, render_ok)
+
+
+def _resumed(
+  tasks: Sequence[schema.Task],
+  starts: Sequence[tuple[code_env.EpisodeState, Sequence[int]]],
+) -> tuple[list[code_env.EpisodeState], list[tuple[int, ...]]]:
+  """`collect`'s `starts`, checked: (states, their ids so far).
+
+  Raises:
+    ValueError: a start is for another task, is done, or its ids are not
+      its conversation's (`num_tokens` of them, the prompt first).
+  """
+  if len(starts) != len(tasks):
+    raise ValueError(f"{len(tasks)} tasks but {len(starts)} starts.")
+  states, prefixes = [], []
+  for i, ((state, ids), task) in enumerate(zip(starts, tasks, strict=True)):
+    ids = tuple(ids)
+    n = len(state.prompt_ids)
+    if state.task.task_id != task.task_id:
+      raise ValueError(
+        f"start {i} continues task {state.task.task_id!r}, but row {i}'s"
+        f" task is {task.task_id!r}."
+      )
+    if state.done:
+      raise ValueError(
+        f"start {i} (task {task.task_id!r}) is done ({state.stop_reason})."
+      )
+    if len(ids) != state.num_tokens or ids[:n] != tuple(state.prompt_ids):
+      raise ValueError(
+        f"start {i} (task {task.task_id!r}): {len(ids)} ids that must be"
+        f" its state's {state.num_tokens}, its prompt first."
+      )
+    states.append(state)
+    prefixes.append(ids)
+  return states, prefixes
 
 
 def concat(parts: Sequence[Rollout]) -> Rollout:

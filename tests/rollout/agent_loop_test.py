@@ -1,5 +1,7 @@
 """Agent loop: scripted policies against a real (process-backend) pool."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,7 @@ from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.models import transformer
 from codeagent_rl.rl import gae
 from codeagent_rl.rollout import agent_loop
+from codeagent_rl.tasks import probes
 from codeagent_rl.tasks import schema
 from tests.helpers import models
 from tests.helpers import policies
@@ -335,3 +338,105 @@ def test_concat_joins_parts_as_one_collect_would(env):
   }
   with pytest.raises(ValueError, match="no rollouts"):
     agent_loop.concat([])
+
+
+SECRET = 37
+
+
+def _probe_task():
+  """A probe task (0..99): each answer depends on the probes before it."""
+
+  def tests(xs):
+    return tuple(
+      {"args": [x], "expected": (x > SECRET) - (x < SECRET)} for x in xs
+    )
+
+  return schema.Task(
+    task_id="probe/resume",
+    prompt=probes.prompt(0, 99),
+    entry_point=probes.ENTRY_POINT,
+    kind="function",
+    visible_tests=(),
+    hidden_tests=tests([SECRET - 1, SECRET, SECRET + 1]),
+    heldout_tests=tests([0, 50, 99]),
+    reference_solution=probes.reference_solution(SECRET),
+    metadata={
+      "probe": {"family": "secret", "lo": 0, "hi": 99, "secret": SECRET}
+    },
+  )
+
+
+def test_resumed_episode_continues_as_the_uninterrupted_one(env):
+  """The state after k turns and its ids reproduce the rest of the episode."""
+  task = _probe_task()
+  bisect = "<run>probe((lo + hi) // 2)</run>"
+  script = [
+    bisect,
+    bisect,
+    f"<submit>{probes.reference_solution(SECRET)}</submit>",
+  ]
+  key = jax.random.PRNGKey(0)
+  whole = agent_loop.collect(env, ScriptedPolicy([script]), [task], [0], key)
+  final = whole.episodes[0]
+  # 49: lower, in 0..48; then 24: higher, in 25..48; then the submission.
+  assert [t.probe for t in final.turns] == [49, 24, None]
+  assert final.outcome.suite_a == 1.0
+  tokens = np.asarray(whole.batch.tokens)
+  trainable = np.asarray(whole.batch.trainable)
+  starts_at = np.flatnonzero(np.asarray(gae.turn_starts(trainable))[0])
+  assert len(starts_at) == 3
+  for k in (0, 1, 2):
+    prefix = tokens[0, : starts_at[k]].tolist()
+    state = dataclasses.replace(
+      env.reset(task), turns=final.turns[:k], num_tokens=len(prefix)
+    )
+    policy = ScriptedPolicy([script[k:]])
+    out = agent_loop.collect(
+      env, policy, [task], [0], key, starts=[(state, prefix)]
+    )
+    assert policy.prompts == [prefix]
+    np.testing.assert_array_equal(out.batch.tokens, tokens)
+    want = trainable.copy()
+    want[0, : starts_at[k]] = False
+    np.testing.assert_array_equal(out.batch.trainable, want)
+    np.testing.assert_array_equal(out.batch.length, whole.batch.length)
+    episode = out.episodes[0]
+    assert [t.action_text for t in episode.turns] == script
+    assert [t.probe for t in episode.turns] == [49, 24, None]
+    assert [t.observation for t in episode.turns] == [
+      t.observation for t in final.turns
+    ]
+    assert episode.stop_reason == final.stop_reason == code_env.STOP_SUBMIT
+    assert episode.outcome.suite_a == episode.outcome.suite_b == 1.0
+    assert out.render_ok.tolist() == [True]
+  # The turns are part of the state: the same ids without them ask the
+  # environment about the whole range again.
+  prefix = tokens[0, : starts_at[1]].tolist()
+  forgetful = dataclasses.replace(env.reset(task), num_tokens=len(prefix))
+  out = agent_loop.collect(
+    env,
+    ScriptedPolicy([script[1:]]),
+    [task],
+    [0],
+    key,
+    starts=[(forgetful, prefix)],
+  )
+  assert out.episodes[0].turns[0].probe == 49
+
+
+def test_bad_starts_are_refused(env):
+  task = _probe_task()
+  state = env.reset(task)
+  ids = list(state.prompt_ids)
+  key = jax.random.PRNGKey(0)
+  policy = ScriptedPolicy([["<run>probe(lo)</run>"]])
+  for start, message in (
+    ((state, ids[:-1]), "ids that must be"),
+    ((state, [ids[1], *ids[1:]]), "its prompt first"),
+    ((dataclasses.replace(state, done=True), ids), "is done"),
+    ((env.reset(_task()), ids), "continues task 'double'"),
+  ):
+    with pytest.raises(ValueError, match=message):
+      agent_loop.collect(env, policy, [task], [0], key, starts=[start])
+  with pytest.raises(ValueError, match="1 tasks but 2 starts"):
+    agent_loop.collect(env, policy, [task], [0], key, starts=[(state, ids)] * 2)
