@@ -78,7 +78,7 @@ def get_rl_config() -> ml_collections.ConfigDict:
   rl.loss.agg_mode = "token_mean"
   # Constant divisor of "seq_mean_token_sum_norm" (max response tokens), or
   # None when that mode is not used.
-  rl.loss.norm_length = None
+  rl.loss.norm_length = ml_collections.config_dict.placeholder(float)
 
   rl.kl = ml_collections.ConfigDict()
   # KL(policy || SFT reference) coefficient; InstructGPT used 0.02.

@@ -243,7 +243,7 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   # the report goes to WORKDIR/isolation.json either way. "off": no check.
   data.isolation = "error"
   # The seed of the generated tasks and demonstrations; None: config.seed.
-  data.seed = None
+  data.seed = ml_collections.config_dict.placeholder(int)
   return data
 
 

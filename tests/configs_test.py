@@ -3,6 +3,7 @@
 import importlib
 import pathlib
 
+import ml_collections
 import pytest
 
 from codeagent_rl.models import tokenizer
@@ -205,3 +206,33 @@ def test_stray_mesh_and_optim_fields_are_named(section):
   values["extra"] = 1
   with pytest.raises(ValueError, match=rf"config.{section}: unknown .*extra"):
     SECTIONS[section].from_config(values)
+
+
+def _untyped_nones(config, prefix=""):
+  """Dotted names of the None fields that have no type.
+
+  The command line cannot set them: ml_collections refuses to override a
+  field whose type is NoneType.
+  """
+  out = []
+  for key in config.keys():
+    value = config[key]
+    if isinstance(value, ml_collections.ConfigDict):
+      out += _untyped_nones(value, f"{prefix}{key}.")
+    elif value is None:
+      ref = config._fields[key]  # noqa: SLF001 (the field's declared type)
+      if not isinstance(ref, ml_collections.FieldReference) or (
+        ref.get_type() is None
+      ):
+        out.append(prefix + key)
+  return out
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_unset_field_can_be_set_from_the_command_line(name):
+  """An unset (None) field is a typed placeholder, as --config.x=V needs."""
+  module = importlib.import_module(f"configs.{name}")
+  for preset in PRESETS.get(name, [None]):
+    config = module.get_config(preset)
+    assert _untyped_nones(config) == [], f"configs/{name}.py:{preset}"
+
