@@ -1,40 +1,51 @@
-r"""Compares advantage estimators at the same rollout budget.
+r"""Compares training recipes (`variants.VARIANTS`) at the same rollout budget.
 
     python -m codeagent_rl.experiments.compare \
-      --config=configs/long_horizon.py --estimators=gae,grpo,rloo \
+      --config=configs/long_horizon.py --variants=gae,grpo,rloo \
       --seeds=0,1,2 --workdir=DIR
+    python -m codeagent_rl.experiments.compare \
+      --config=configs/long_horizon.py --variants=vapo,grpo_dapo \
+      --seeds=0,1,2 --sft=shared --data_seeds=0,1 --workdir=DIR
 
-For each seed the first estimator's run does SFT; the others start from a
+`--variants` names recipes: a plain estimator ("gae", "grpo", "rloo",
+"dr_grpo") or a named one ("ppo", "vapo", "ppo_turn", "ppo_tests",
+"grpo_dapo"); the first is the paired baseline. `--estimators` is the same
+flag under its old name.
+
+For each seed the first variant's run does SFT; the others start from a
 copy of its SFT checkpoint (sft/, its rendered demonstrations and its
-held-out evaluation), so every estimator of a seed starts from the same
-model and KL reference. With `--sft=shared` only the first run of all
-does SFT: every run generates its tasks with the first seed
-(`config.data.seed`) and starts from that one SFT model, so the seeds
-vary only what RL draws (prompts, samples, minibatches), and the
-comparison trains one SFT model instead of one per seed. Each run is the
-ordinary train job (`train.run`) in DIR/seed<N>/<estimator>, with the same
+held-out evaluation), so every variant of a seed starts from the same
+model and KL reference. With `--sft=shared` the seeds vary only what RL
+draws (prompts, samples, minibatches): every run takes its tasks from a
+data seed (`config.data.seed`) and starts from that data seed's SFT model,
+trained once, by its first run. `--data_seeds` (default: the first seed)
+gives several task sets and SFT models, each run with every variant and
+seed. Each run is the ordinary train job (`train.run`) with the same
 iterations, prompts and samples per prompt: the same number of episodes
-(the tokens they take are the policy's; the table reports them). Running
-the command again resumes: finished runs are read, unfinished ones
-continue.
+(the tokens they take are the policy's; the tables report both, and what
+DAPO's dynamic sampling drew and dropped counts). Running the command
+again resumes: finished runs are read, unfinished ones continue; a run
+whose saved config has another seed, data seed or variant setting is
+refused.
 
-Written to DIR: `jax_cache/` (compiled programs the runs share),
-`compare.json` (the table's numbers and each run's),
-`compare.txt` (the table as printed), `curves.png` (reward and pass rate
-of the training rollouts per iteration, per estimator, mean over seeds)
-and `horizon.png` (held-out pass@1 per horizon bucket, per estimator).
-Pass@1 counts an episode solved when it passes suites A and B (the
-anti-cheat's view). The paired difference is each estimator's per-task
-pass rate minus the first estimator's on the same task and seed, its
-standard error taken over those (task, seed) pairs.
+Layout: DIR/seed<N>/<variant>, or with `--sft=shared` and data seeds other
+than the first seed alone, DIR/data<D>/seed<N>/<variant>. Also written to
+DIR: `jax_cache/` (compiled programs the runs share), `compare.json` (the
+tables' numbers and each run's), `compare.txt` (the tables as printed),
+`curves.png` (reward, pass rate and the critic's explained variance of the
+training rollouts per iteration: per variant the mean over its runs, the
+band one standard error across them) and `horizon.png` (held-out pass@1
+per horizon bucket). Pass@1 counts an episode solved when it passes suites
+A and B (the anti-cheat's view). The paired difference is each variant's
+per-task pass rate minus the first variant's on the same task, seed and
+data seed, its standard error taken over those triples.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-import copy
+import dataclasses
 import json
-import math
 import os
 import pathlib
 import shutil
@@ -49,82 +60,278 @@ from ml_collections import config_flags
 import numpy as np
 
 from codeagent_rl import logs
+from codeagent_rl.experiments import compare_results as results_lib
+from codeagent_rl.experiments import variants as variants_lib
 from codeagent_rl.sandbox import harness
-from codeagent_rl.tasks import probes
-from codeagent_rl.tasks import schema
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import run
 from codeagent_rl.train import workdir as workdir_lib
 
-ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo")
-# The SFT artefacts a later estimator's run copies from the seed's first.
+DEFAULT_VARIANTS = ("gae", "grpo", "rloo")
+# The SFT artefacts a later variant's run copies from the seed's first.
 _SHARED = (workdir_lib.SFT_DIR, workdir_lib.SFT_DATA, workdir_lib.EVAL_SFT)
-# Held-out evaluation mode of the table (the training rollouts sample too).
-MODES = ("sampled", "greedy")
 # Each run's wall seconds over every compare call that worked on it.
 RUN_SECONDS = "compare_seconds.json"
-_UNBUCKETED = "all"
 SFT_MODES = ("per_seed", "shared")
 
 
 def define_flags() -> None:
-  """--config, --estimators, --seeds, --workdir and the sandbox's flags."""
+  """--config, --variants (--estimators), --seeds, --data_seeds, --workdir."""
   config_flags.DEFINE_config_file(
     "config", None, "Experiment config, e.g. configs/long_horizon.py."
   )
-  flags.DEFINE_list("estimators", ["gae", "grpo", "rloo"], "Estimators.")
-  flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
+  known = "; ".join(
+    f"{n}: {v.description}" for n, v in variants_lib.VARIANTS.items()
+  )
+  flags.DEFINE_list(
+    "variants",
+    None,
+    f"Recipes, the first the paired baseline (default"
+    f" {','.join(DEFAULT_VARIANTS)}). Known: {known}.",
+  )
+  flags.DEFINE_list("estimators", None, "The old name of --variants.")
+  flags.DEFINE_list("seeds", ["0", "1", "2"], "RL seeds.")
+  flags.DEFINE_list(
+    "data_seeds",
+    None,
+    "With --sft=shared: task sets and SFT models, one per data seed"
+    " (default: the first seed).",
+  )
   flags.DEFINE_string("workdir", None, "Directory of the runs and results.")
   flags.DEFINE_enum(
     "sft",
     "per_seed",
     list(SFT_MODES),
-    "per_seed: one SFT model (and task set) per seed; shared: one for all"
-    " runs, the seeds varying only RL.",
+    "per_seed: one SFT model (and task set) per seed; shared: one per data"
+    " seed, the seeds varying only RL.",
   )
   harness.define_flags()
   flags.mark_flags_as_required(["config", "workdir"])
 
 
-def parse_lists(
-  estimators: Sequence[str], seeds: Sequence[str]
-) -> tuple[list[str], list[int]]:
-  """Validates the flags' lists.
+def choose_variants(
+  variants: Sequence[str] | None, estimators: Sequence[str] | None
+) -> tuple[list[str], str]:
+  """The variant names of --variants or its alias --estimators, and the flag.
 
   Raises:
-    ValueError: an unknown or repeated estimator, a seed that is not a
-      non-negative integer, a repeated seed, or an empty list.
+    ValueError: both flags are given.
   """
-  estimators = [e.strip() for e in estimators if e.strip()]
-  bad = [e for e in estimators if e not in ESTIMATORS]
-  if not estimators or bad or len(set(estimators)) != len(estimators):
+  if variants is not None and estimators is not None:
     raise ValueError(
-      f"--estimators={','.join(estimators)}: give distinct names from"
-      f" {ESTIMATORS}."
+      "--variants and --estimators are one flag under two names; give one."
     )
+  if estimators is not None:
+    return list(estimators), "--estimators"
+  if variants is not None:
+    return list(variants), "--variants"
+  return list(DEFAULT_VARIANTS), "--variants"
+
+
+def _int_list(values: Sequence[str], flag: str) -> list[int]:
   out = []
-  for s in seeds:
+  for s in values:
     s = str(s).strip()
     if not s.isdigit():
-      raise ValueError(f"--seeds: {s!r} is not a non-negative integer.")
+      raise ValueError(f"{flag}: {s!r} is not a non-negative integer.")
     out.append(int(s))
   if not out or len(set(out)) != len(out):
-    raise ValueError(f"--seeds={seeds}: give distinct seeds.")
-  return estimators, out
+    raise ValueError(f"{flag}={','.join(map(str, values))}: give distinct.")
+  return out
+
+
+def parse_lists(
+  names: Sequence[str],
+  seeds: Sequence[str],
+  data_seeds: Sequence[str] | None = None,
+  sft: str = "per_seed",
+  flag: str = "--variants",
+) -> tuple[list[str], list[int], list[int] | None]:
+  """Validates the flags' lists.
+
+  Args:
+    names: variant names (`variants.VARIANTS`).
+    seeds: RL seeds.
+    data_seeds: data seeds, or None (or empty) for the default.
+    sft: --sft; data seeds need "shared".
+    flag: the flag `names` came from, for the messages.
+
+  Returns:
+    (variants, seeds, data seeds or None for the default).
+
+  Raises:
+    ValueError: an unknown or repeated variant (the message lists the known
+      ones), a seed that is not a non-negative integer, a repeated seed, an
+      empty list, or data seeds without --sft=shared.
+  """
+  names = [n.strip() for n in names if n.strip()]
+  variants_lib.check_names(names, flag)
+  seed_list = _int_list(seeds, "--seeds")
+  data_seeds = [d for d in data_seeds or () if str(d).strip()]
+  if not data_seeds:
+    return names, seed_list, None
+  if sft != "shared":
+    raise ValueError(
+      f"--data_seeds={','.join(map(str, data_seeds))} needs --sft=shared;"
+      " with --sft=per_seed every seed has its own task set and SFT model."
+    )
+  return names, seed_list, _int_list(data_seeds, "--data_seeds")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """One run of the comparison.
+
+  Attributes:
+    variant: its name in `variants.VARIANTS`.
+    data_seed: the seed of its tasks and SFT model.
+    seed: its RL seed.
+    name: its key in compare.json's "runs" and "seconds".
+    path: its workdir, relative to the comparison's.
+    sft_group: the runs of one group share one SFT model.
+  """
+
+  variant: str
+  data_seed: int
+  seed: int
+  name: str
+  path: str
+  sft_group: int
+
+
+def layout(
+  names: Sequence[str],
+  seeds: Sequence[int],
+  data_seeds: Sequence[int] | None = None,
+  sft: str = "per_seed",
+) -> list[RunSpec]:
+  """Every run, in the order they run (the module docstring's layout).
+
+  Raises:
+    ValueError: an unknown --sft, or data seeds with --sft=per_seed.
+  """
+  if sft not in SFT_MODES:
+    raise ValueError(f"--sft={sft!r}: expected one of {SFT_MODES}.")
+  if sft == "per_seed" and data_seeds is not None:
+    raise ValueError("data seeds need --sft=shared (the module docstring).")
+  if data_seeds is None:
+    data_seeds = [seeds[0]] if sft == "shared" else [None]
+  # One data seed that is the first seed is the layout of old comparisons,
+  # which must keep resuming; anything else names its data seed.
+  nested = sft == "shared" and list(data_seeds) != [seeds[0]]
+  specs = []
+  for d in data_seeds:
+    for s in seeds:
+      for v in names:
+        where = f"data{d}/seed{s}" if nested else f"seed{s}"
+        name = f"{v}/data{d}/seed{s}" if nested else f"{v}/seed{s}"
+        data_seed = s if d is None else d
+        group = data_seed if sft == "shared" else s
+        specs.append(RunSpec(v, data_seed, s, name, f"{where}/{v}", group))
+  return specs
 
 
 def run_config(
-  config: Any, estimator: str, seed: int, data_seed: int | None = None
+  config: Any,
+  variant: str,
+  seed: int,
+  data_seed: int | None = None,
+  tag: str = "",
 ) -> Any:
-  """`config` with the estimator and seed (and data seed) set (a copy)."""
-  config = copy.deepcopy(config)
+  """`config` with the variant, seed (and data seed) set (a copy).
+
+  Raises:
+    ValueError: the variant names a field the config lacks, or a value of
+      the wrong type (the message names both).
+  """
+  config = variants_lib.apply(config, variant)
   with config.unlocked():
     config.seed = seed
     if data_seed is not None:
       config.data.seed = data_seed
-    config.rl.advantage.estimator = estimator
-    config.preset = f"{config.preset} [{estimator}, seed {seed}]"
+    config.preset = f"{config.preset} [{variant}, seed {seed}{tag}]"
   return config
+
+
+def _lookup(tree: Any, path: str) -> tuple[bool, Any]:
+  for part in path.split("."):
+    if not isinstance(tree, dict) or part not in tree:
+      return False, None
+    tree = tree[part]
+  return True, tree
+
+
+def check_saved_config(
+  spec: RunSpec, job: run.Job, target: pathlib.Path
+) -> None:
+  """Refuses to resume a run that was started as another variant or seed.
+
+  Compares the run's saved config.json (if any) with `job` on the seed, the
+  data seed, the estimator and the variant's overridden fields; a field the
+  saved file lacks (an older run) is not compared.
+
+  Raises:
+    exp_lib.SetupError: naming the run, the field and both values.
+  """
+  path = workdir_lib.Workdir(target).config
+  if not path.exists():
+    return
+  saved = json.loads(path.read_text())
+  planned = exp_lib.to_dict(job.exp)
+  saved_data = (saved.get("data") or {}).get("seed")
+  pairs = [
+    (
+      "data seed",
+      saved.get("seed") if saved_data is None else saved_data,
+      job.exp.data_seed,
+    )
+  ]
+  fields = {"seed", "rl.advantage.estimator"}
+  fields |= set(variants_lib.VARIANTS[spec.variant].overrides)
+  for field in sorted(fields):
+    found, value = _lookup(saved, field)
+    if found:
+      pairs.append((field, value, _lookup(planned, field)[1]))
+  for field, before, now in pairs:
+    if before != now:
+      raise exp_lib.SetupError(
+        f"{target} was started with {field}={before!r}; variant"
+        f" {spec.variant!r} of this comparison has {now!r}. Use another"
+        " --workdir, or delete that run to train it again."
+      )
+
+
+def plan(
+  config: Any,
+  names: Sequence[str],
+  seeds: Sequence[int],
+  root: pathlib.Path,
+  data_seeds: Sequence[int] | None = None,
+  sft: str = "per_seed",
+) -> list[tuple[RunSpec, run.Job]]:
+  """Every run with its validated job, before any starts.
+
+  Raises:
+    ValueError: a variant's field or value the config lacks or rejects
+      (the message names the variant), or a saved run of another variant
+      or seed in the run's workdir (`check_saved_config`).
+  """
+  specs = layout(names, seeds, data_seeds, sft)
+  nested = any(s.path.startswith("data") for s in specs)
+  out = []
+  for spec in specs:
+    config_data_seed = spec.data_seed if sft == "shared" else None
+    tag = f", data {spec.data_seed}" if nested else ""
+    config_run = run_config(
+      config, spec.variant, spec.seed, config_data_seed, tag
+    )
+    try:
+      job = run.job_from_config(config_run)
+    except ValueError as e:
+      raise ValueError(f"variant {spec.variant!r} ({spec.name}): {e}") from e
+    check_saved_config(spec, job, root / spec.path)
+    out.append((spec, job))
+  return out
 
 
 def share_sft(first: pathlib.Path, target: pathlib.Path) -> None:
@@ -170,255 +377,36 @@ def add_run_seconds(target: pathlib.Path, seconds: float) -> float:
   return total
 
 
-def _read_jsonl(path: pathlib.Path) -> list[dict]:
-  if not path.exists():
-    return []
-  return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
-def _per_task(path: pathlib.Path) -> dict[str, dict[str, float]]:
-  """Per mode, task_id -> pass@1 (suites A and B) of an evaluation file."""
-  saved = json.loads(path.read_text()).get("per_task") or {}
-  return {
-    mode: dict(zip(rates["task_id"], rates["pass_ab"], strict=True))
-    for mode, rates in saved.items()
-  }
-
-
-def _buckets(path: pathlib.Path) -> dict[str, str]:
-  """task_id -> horizon bucket of the held-out tasks (`_UNBUCKETED`)."""
-  return {
-    t.task_id: probes.horizon_bucket(t) or _UNBUCKETED
-    for t in schema.read_tasks(path)
-  }
-
-
-def read_run(root: pathlib.Path) -> dict[str, Any]:
-  """What the table needs from one finished run's workdir."""
-  paths = workdir_lib.Workdir(root)
-  records = _read_jsonl(paths.metrics)
-  curves = {
-    key: [r.get(key) for r in records]
-    for key in (
-      "reward/total_mean",
-      "reward/pass_ab",
-      "episode/turns_mean",
-      "episode/tokens_mean",
-    )
-  }
-  first = records[0] if records else {}
-  horizon = {
-    k.split("/", 1)[1]: first[k]
-    for k in (
-      "episode/turns_p50",
-      "episode/turns_p95",
-      "episode/turns_max",
-      "episode/group_turns_ratio_p50",
-      "episode/group_turns_ratio_max",
-    )
-    if k in first
-  }
-  tokens = sum(
-    r.get("episode/tokens_mean", 0.0) * r.get("episode/count", 0.0)
-    for r in records
-  )
-  return {
-    "iterations": len(records),
-    "curves": curves,
-    "sft_policy_horizon": horizon,
-    "episodes": sum(r.get("episode/count", 0.0) for r in records),
-    "tokens": tokens,
-    "sft": _per_task(paths.eval_sft),
-    "final": _per_task(paths.eval_final),
-    "buckets": _buckets(paths.eval_tasks),
-  }
-
-
-def _mean_se(values: Sequence[float]) -> tuple[float, float]:
-  values = np.asarray(values, np.float64)
-  if values.size == 0:
-    return math.nan, math.nan
-  se = values.std(ddof=1) / math.sqrt(values.size) if values.size > 1 else 0
-  return float(values.mean()), float(se)
-
-
-def table(
-  runs: dict[tuple[str, int], dict[str, Any]],
-  estimators: Sequence[str],
-  seeds: Sequence[int],
-  mode: str = "sampled",
-) -> dict[str, Any]:
-  """The comparison's numbers from `read_run` results.
-
-  Returns:
-    {"mode", "baseline", "rows": {estimator: {...}}, "buckets"}: per
-    estimator the held-out pass@1 (mean over seeds, with the standard error
-    over seeds), the SFT model's, the paired difference to the baseline
-    (the first estimator) over (task, seed) pairs, pass@1 per horizon
-    bucket, and episodes and tokens trained on (mean over seeds).
-  """
-  baseline = estimators[0]
-  buckets = sorted(
-    {b for r in runs.values() for b in r["buckets"].values()},
-    key=lambda b: (
-      probes.HORIZON_BUCKETS.index(b) if b in probes.HORIZON_BUCKETS else 99
-    ),
-  )
-  rows = {}
-  for est in estimators:
-    finals, sfts, diffs, tokens, episodes = [], [], [], [], []
-    by_bucket = {b: [] for b in buckets}
-    for seed in seeds:
-      r = runs[(est, seed)]
-      final = r["final"].get(mode, {})
-      if not final:
-        continue
-      finals.append(float(np.mean(list(final.values()))))
-      sft = r["sft"].get(mode, {})
-      if sft:
-        sfts.append(float(np.mean(list(sft.values()))))
-      base = runs[(baseline, seed)]["final"].get(mode, {})
-      diffs += [final[t] - base[t] for t in final if t in base]
-      for task, rate in final.items():
-        by_bucket[r["buckets"].get(task, _UNBUCKETED)].append(rate)
-      tokens.append(r["tokens"])
-      episodes.append(r["episodes"])
-    mean, se = _mean_se(finals)
-    dmean, dse = _mean_se(diffs)
-    rows[est] = {
-      "pass1": mean,
-      "pass1_se_over_seeds": se,
-      "sft_pass1": _mean_se(sfts)[0],
-      "paired_diff": dmean,
-      "paired_diff_se": dse,
-      "paired_pairs": len(diffs),
-      "by_bucket": {
-        b: {"pass1": _mean_se(v)[0], "se": _mean_se(v)[1], "n": len(v)}
-        for b, v in by_bucket.items()
-      },
-      "tokens": _mean_se(tokens)[0],
-      "episodes": _mean_se(episodes)[0],
-      "seeds": len(finals),
-    }
-  return {"mode": mode, "baseline": baseline, "rows": rows, "buckets": buckets}
-
-
-def _fmt(x: float, spec: str = ".3f") -> str:
-  return "n/a" if x is None or not math.isfinite(x) else format(x, spec)
-
-
-def table_text(numbers: dict[str, Any]) -> str:
-  """The table as printed (one line per estimator)."""
-  buckets = numbers["buckets"]
-  head = (
-    f"{'estimator':<9} {'pass@1':>12} {'SFT':>6} "
-    f"{'vs ' + numbers['baseline']:>16} "
-    + " ".join(f"{b:>13}" for b in buckets)
-    + f" {'episodes':>8} {'tokens':>9}"
-  )
-  lines = [f"held-out pass@1 (suites A and B, {numbers['mode']})", head]
-  for est, row in numbers["rows"].items():
-    by = row["by_bucket"]
-    cells = " ".join(
-      f"{_fmt(by[b]['pass1']):>6} (n={by[b]['n']:>3})" for b in buckets
-    )
-    pass1 = f"{_fmt(row['pass1']):>5} ± {_fmt(row['pass1_se_over_seeds']):>5}"
-    diff = (
-      f"{_fmt(row['paired_diff'], '+.3f'):>7} ±"
-      f" {_fmt(row['paired_diff_se']):>6}"
-    )
-    lines.append(
-      f"{est:<9} {pass1} {_fmt(row['sft_pass1']):>6} {diff} {cells}"
-      f" {_fmt(row['episodes'], '.0f'):>8} {_fmt(row['tokens'], '.0f'):>9}"
-    )
-  return "\n".join(lines)
-
-
-def plot(
-  runs: dict[tuple[str, int], dict[str, Any]],
-  numbers: dict[str, Any],
-  estimators: Sequence[str],
-  seeds: Sequence[int],
-  out: pathlib.Path,
-) -> list[str]:
-  """Writes curves.png and horizon.png to `out`; returns their paths."""
-  import matplotlib  # noqa: PLC0415 (an optional dependency: plots only)
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # noqa: PLC0415
-
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for ax, key, label in (
-    (axes[0], "reward/total_mean", "reward (training rollouts)"),
-    (axes[1], "reward/pass_ab", "pass rate A&B (training rollouts)"),
-  ):
-    for est in estimators:
-      curves = [runs[(est, s)]["curves"][key] for s in seeds]
-      n = min(len(c) for c in curves)
-      if not n:
-        continue
-      values = np.asarray([c[:n] for c in curves], np.float64)
-      ax.plot(np.arange(1, n + 1), np.nanmean(values, axis=0), label=est)
-    ax.set_xlabel("PPO iteration")
-    ax.set_ylabel(label)
-    ax.legend()
-  fig.tight_layout()
-  curves_path = out / "curves.png"
-  fig.savefig(curves_path, dpi=100)
-  plt.close(fig)
-
-  fig, ax = plt.subplots(figsize=(6, 4))
-  buckets = numbers["buckets"]
-  width = 0.8 / max(len(estimators), 1)
-  for i, est in enumerate(estimators):
-    row = numbers["rows"][est]["by_bucket"]
-    heights = [row[b]["pass1"] for b in buckets]
-    errors = [row[b]["se"] for b in buckets]
-    ax.bar(
-      np.arange(len(buckets)) + i * width,
-      heights,
-      width,
-      yerr=errors,
-      label=est,
-    )
-  ax.set_xticks(np.arange(len(buckets)) + width * (len(estimators) - 1) / 2)
-  ax.set_xticklabels(buckets)
-  ax.set_xlabel("horizon bucket (probe range size)")
-  ax.set_ylabel(f"held-out pass@1 ({numbers['mode']})")
-  ax.legend()
-  fig.tight_layout()
-  horizon_path = out / "horizon.png"
-  fig.savefig(horizon_path, dpi=100)
-  plt.close(fig)
-  return [str(curves_path), str(horizon_path)]
-
-
 def compare(
   config: Any,
-  estimators: Sequence[str],
+  names: Sequence[str],
   seeds: Sequence[int],
   workdir: str | os.PathLike[str],
   sandbox_from_limits,
   console=print,
   sft: str = "per_seed",
+  data_seeds: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-  """Runs (or resumes) every (estimator, seed) and writes the results.
+  """Runs (or resumes) every (variant, data seed, seed); writes the results.
 
   Args:
-    config: the experiment config (its estimator and seed are replaced).
-    estimators: advantage estimators; the first is the paired baseline.
-    seeds: seeds.
+    config: the experiment config (variant, seeds set per run on copies).
+    names: variants (`variants.VARIANTS`); the first is the paired baseline.
+    seeds: RL seeds.
     workdir: where the runs and results go.
     sandbox_from_limits: `harness.config_from_flags`-like: the job's
       sandbox limits -> the machine's sandbox config.
     console: where progress lines go.
     sft: "per_seed" or "shared" (the module docstring).
+    data_seeds: with sft="shared", the task sets and SFT models (default:
+      the first seed).
 
   Returns:
-    What compare.json holds.
+    What compare.json holds (with NaN where the file has null).
+
+  Raises:
+    ValueError: a run cannot be built (`plan`), before any starts.
   """
-  if sft not in SFT_MODES:
-    raise ValueError(f"--sft={sft!r}: expected one of {SFT_MODES}.")
   try:  # before hours of runs, not after them
     import matplotlib  # noqa: F401, PLC0415 (optional: the plots only)
   except ImportError:
@@ -426,49 +414,71 @@ def compare(
       "the comparison's plots need matplotlib: pip install -e '.[experiments]'"
     ) from None
   root = pathlib.Path(workdir)
+  planned = plan(config, names, seeds, root, data_seeds, sft)
   root.mkdir(parents=True, exist_ok=True)
   share_compilations(root)
-  runs, seconds = {}, {}
-  data_seed = seeds[0] if sft == "shared" else None
-  first = None
-  for seed in seeds:
-    if sft == "per_seed":
-      first = None
-    for est in estimators:
-      target = root / f"seed{seed}" / est
-      if first is not None:
-        share_sft(first, target)
-      job = run.job_from_config(run_config(config, est, seed, data_seed))
-      start = time.perf_counter()
-      console(f"compare: {est}, seed {seed} -> {target}")
-      run.run_job(job, target, sandbox_from_limits(job.exp.sandbox))
-      seconds[f"{est}/seed{seed}"] = add_run_seconds(
-        target, time.perf_counter() - start
-      )
-      runs[(est, seed)] = read_run(target)
-      first = first or target
-  result = {"estimators": list(estimators), "seeds": list(seeds), "sft": sft}
-  result["tables"] = {m: table(runs, estimators, seeds, m) for m in MODES}
+  runs, seconds, firsts = {}, {}, {}
+  # A resumed comparison whose variant list now starts with another one:
+  # the group's SFT model is the one a run of it finished already.
+  for spec, _ in planned:
+    done = root / spec.path / workdir_lib.EVAL_SFT
+    if spec.sft_group not in firsts and done.exists():
+      firsts[spec.sft_group] = done.parent
+  for spec, job in planned:
+    target = root / spec.path
+    first = firsts.get(spec.sft_group)
+    if first is not None and first != target:
+      share_sft(first, target)
+    start = time.perf_counter()
+    console(f"compare: {spec.name} -> {target}")
+    run.run_job(job, target, sandbox_from_limits(job.exp.sandbox))
+    seconds[spec.name] = add_run_seconds(target, time.perf_counter() - start)
+    # The data seed the job used (a --config.data.seed holds for per_seed).
+    runs[(spec.variant, job.exp.data_seed, spec.seed)] = {
+      **results_lib.read_run(target),
+      "variant": spec.variant,
+      "data_seed": job.exp.data_seed,
+      "seed": spec.seed,
+      "name": spec.name,
+    }
+    firsts.setdefault(spec.sft_group, target)
+  result = {
+    "variants": list(names),
+    # The old name, kept for readers of earlier files: the runs' and rows'
+    # keys are variant names.
+    "estimators": list(names),
+    "variant_settings": {
+      n: {
+        "estimator": variants_lib.VARIANTS[n].estimator,
+        "overrides": variants_lib.resolve(config, n),
+        "description": variants_lib.VARIANTS[n].description,
+      }
+      for n in names
+    },
+    "seeds": list(seeds),
+    "data_seeds": sorted({job.exp.data_seed for _, job in planned}),
+    "sft": sft,
+  }
+  result["tables"] = {
+    m: results_lib.table(runs, names, m) for m in results_lib.MODES
+  }
   result["runs"] = {
-    f"{e}/seed{s}": {k: v for k, v in r.items() if k != "buckets"}
-    for (e, s), r in runs.items()
+    r["name"]: {k: v for k, v in r.items() if k not in ("buckets", "name")}
+    for r in runs.values()
   }
   result["seconds"] = seconds
-  text = "\n\n".join(table_text(t) for t in result["tables"].values())
   horizons = [r["sft_policy_horizon"] for r in runs.values()]
   if horizons and horizons[0]:
-    keys = horizons[0].keys()
     result["sft_policy_horizon"] = {
-      k: float(np.median([h[k] for h in horizons if k in h])) for k in keys
+      k: float(np.median([h[k] for h in horizons if k in h]))
+      for k in horizons[0]
     }
-    text += "\n\nSFT policy's first rollouts (median over runs): " + ", ".join(
-      f"{k} {v:g}" for k, v in result["sft_policy_horizon"].items()
-    )
-  result["plots"] = plot(
-    runs, result["tables"]["sampled"], estimators, seeds, root
-  )
+  result["plots"] = results_lib.plot(result, root)
   result["wall_s"] = sum(seconds.values())
-  (root / "compare.json").write_text(json.dumps(result, indent=1))
+  text = results_lib.report_text(result)
+  (root / "compare.json").write_text(
+    json.dumps(results_lib.json_safe(result), indent=1)
+  )
   (root / "compare.txt").write_text(text + "\n")
   console(text)
   console(f"wrote {root / 'compare.json'} and {', '.join(result['plots'])}")
@@ -482,19 +492,30 @@ def main(argv: list[str]) -> None:
   logs.quiet_library_logs()
   values = flags.FLAGS
   try:
-    estimators, seeds = parse_lists(values.estimators, values.seeds)
-    for est in estimators:  # validate every run's config before any starts
-      run.job_from_config(run_config(values.config, est, seeds[0]))
+    names, flag = choose_variants(values.variants, values.estimators)
+    names, seeds, data_seeds = parse_lists(
+      names, values.seeds, values.data_seeds, values.sft, flag
+    )
+    # Every run's config, before any starts (compare builds them again).
+    plan(
+      values.config,
+      names,
+      seeds,
+      pathlib.Path(values.workdir),
+      data_seeds,
+      values.sft,
+    )
   except ValueError as e:
     sys.exit(f"error: {e}")
   try:
     compare(
       values.config,
-      estimators,
+      names,
       seeds,
       values.workdir,
       harness.config_from_flags,
       sft=values.sft,
+      data_seeds=data_seeds,
     )
   except exp_lib.SetupError as e:
     sys.exit(f"error: {e}")
