@@ -556,50 +556,68 @@ SMOKE = [
 
 def test_smoke_comparison_writes_table_and_plots(tmp_path):
   # One device, as a user runs it (the tests' 8 fake devices would need
-  # batches divisible by 8).
+  # batches divisible by 8). Two data seeds: two SFT models, each shared by
+  # the variants of its data seed.
   proc = processes.run_python(
     "-m",
     "codeagent_rl.experiments.compare",
     *SMOKE,
-    "--estimators=gae,grpo",
+    "--variants=gae,grpo",
     "--seeds=0",
+    "--sft=shared",
+    "--data_seeds=0,1",
     f"--workdir={tmp_path}",
     "--sandbox_backend=process",
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   saved = json.loads((tmp_path / "compare.json").read_text())
-  assert saved["estimators"] == ["gae", "grpo"]
-  assert set(saved["runs"]) == {"gae/seed0", "grpo/seed0"}
+  assert saved["variants"] == saved["estimators"] == ["gae", "grpo"]
+  assert saved["data_seeds"] == [0, 1]
+  names = [f"{v}/data{d}/seed0" for d in (0, 1) for v in ("gae", "grpo")]
+  assert set(saved["runs"]) == set(names)
   for path in saved["plots"]:
     with open(path, "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   table = saved["tables"]["sampled"]
   assert set(table["rows"]) == {"gae", "grpo"}
   assert table["rows"]["gae"]["paired_diff"] == 0.0
+  assert set(table["rows"]["grpo"]["by_data_seed"]) == {"0", "1"}
+  assert table["rows"]["grpo"]["paired_pairs"] == 8  # 4 tasks x 2 data seeds
   assert set(table["buckets"]) <= {"short", "medium", "long"}
-  # Both estimators start from one SFT model: the second reused it.
-  gae, grpo = saved["runs"]["gae/seed0"], saved["runs"]["grpo/seed0"]
-  assert gae["sft"] == grpo["sft"]
-  assert gae["iterations"] == grpo["iterations"] == 1
-  assert gae["episodes"] == grpo["episodes"] == 8
-  assert "turns_p95" in gae["sft_policy_horizon"]
-  # Only the critic has an explained variance.
-  assert gae["curves"]["critic/explained_variance"][0] is not None
-  assert grpo["explained_variance"] is None
-  for name in ("gae/seed0", "grpo/seed0"):
-    est = name.split("/")[0]
+  for d in (0, 1):
+    # Both variants of a data seed start from one SFT model: the second
+    # reused it; the data seeds have their own tasks.
+    gae, grpo = (saved["runs"][f"{v}/data{d}/seed0"] for v in ("gae", "grpo"))
+    assert gae["sft"] == grpo["sft"]
+    assert gae["iterations"] == grpo["iterations"] == 1
+    assert gae["episodes"] == grpo["episodes"] == 8
+    assert gae["episodes_per_iteration"] == 8
+    assert (gae["data_seed"], gae["seed"]) == (d, 0)
+    # Only the critic has an explained variance.
+    assert gae["curves"]["critic/explained_variance"][0] is not None
+    assert grpo["explained_variance"] is None
+    runs = tmp_path / f"data{d}" / "seed0"
+    assert sorted(p.name for p in (runs / "grpo" / "sft").iterdir()) == sorted(
+      p.name for p in (runs / "gae" / "sft").iterdir()
+    )
+    config = json.loads((runs / "grpo" / "config.json").read_text())
+    assert config["data"]["seed"] == d
+  first, second = (
+    (tmp_path / f"data{d}" / "seed0" / "gae" / "eval_tasks.jsonl").read_text()
+    for d in (0, 1)
+  )
+  assert first != second
+  assert "gae/seed0" not in saved["runs"] and not (tmp_path / "seed0").exists()
+  for name in names:
+    v, data, seed = name.split("/")
     kept = json.loads(
-      (tmp_path / "seed0" / est / compare.RUN_SECONDS).read_text()
+      (tmp_path / data / seed / v / compare.RUN_SECONDS).read_text()
     )
     assert kept["seconds"] == round(saved["seconds"][name], 1) > 0
   text = (tmp_path / "compare.txt").read_text()
   assert text.startswith("held-out pass@1") and text in proc.stdout
-  assert "training (" in text
-  runs = tmp_path / "seed0"
-  assert sorted(p.name for p in (runs / "grpo" / "sft").iterdir()) == sorted(
-    p.name for p in (runs / "gae" / "sft").iterdir()
-  )
-  _check_horizon_bench(tmp_path / "seed0" / "gae", tmp_path)
+  assert "per data seed" in text and "training (" in text
+  _check_horizon_bench(tmp_path / "data0" / "seed0" / "gae", tmp_path)
 
 
 def _check_horizon_bench(run, tmp_path):
