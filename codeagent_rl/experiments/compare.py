@@ -38,7 +38,8 @@ band one standard error across them) and `horizon.png` (held-out pass@1
 per horizon bucket). Pass@1 counts an episode solved when it passes suites
 A and B (the anti-cheat's view). The paired difference is each variant's
 per-task pass rate minus the first variant's on the same task, seed and
-data seed, its standard error taken over those triples.
+data seed, its standard error taken over those triples. The tables, their
+text and the plots are `compare_results`'.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ class Variant:
 
 
 def _vapo(**more: Any) -> dict[str, Any]:
-  """VAPO's settings (arXiv 2504.05118, section 4 and table 1), updated."""
+  """VAPO's settings (arXiv 2504.05118), with `more` changed or added."""
   settings = {
     # Length-adaptive actor lambda, 1 - 1 / (0.05 n).
     "rl.advantage.lam_length_alpha": 0.05,
@@ -133,10 +133,11 @@ VARIANTS: dict[str, Variant] = {
     },
     "Dr. GRPO: no std division, constant length normaliser",
   ),
-  # This repository's PPO before the critic recipe (configs/common.py and
-  # configs/long_horizon.py as they were): GAE lambda 0.95 for the critic's
-  # targets too, per-token credit, one warm-up iteration that trains only
-  # the critic, no value pre-training.
+  # This repository's PPO before the critic recipe (configs/common.py
+  # before rl.advantage.lam_critic existed; configs/long_horizon.py's
+  # warm-up): GAE lambda 0.95 for the critic's targets too, per-token
+  # credit, one warm-up iteration that trains only the critic, no value
+  # pre-training.
   "ppo": Variant(
     "gae",
     {
