@@ -272,8 +272,8 @@ def table(
     the standard error over runs), the SFT model's, the paired difference
     to the baseline over (data seed, seed, task) triples (and its standard
     error over data seeds' mean differences, with 2 or more), pass@1 per
-    horizon bucket and per data seed, episodes and tokens trained on (mean
-    over runs), and `_training`'s figures.
+    horizon bucket and per data seed, episodes and policy tokens sampled
+    (mean over runs), and `_training`'s figures.
   """
   baseline = names[0]
   buckets = sorted(
