@@ -29,6 +29,8 @@ _PRETRAIN_SCALARS = (
   "return/mean",
   "reward/total_mean",
   "grad_norm/critic",
+  "sampling/episodes",
+  "sampling/tokens",
 )
 
 
