@@ -38,8 +38,11 @@ Printed and written (JSON, and a PNG beside it):
               within the sampled episodes); null where either is constant
   sign        share of turns with A* != 0 whose advantage has A*'s sign
   critic MAE  |V(s_k) - V*(s_k)| of each critic, by turn depth
-              (`diagnostics.DEPTH_BUCKETS`; turn k + 1 reads V(s_k)), and
-              its explained variance in the last pre-training round
+              (`diagnostics.DEPTH_BUCKETS`; turn k + 1 reads V(s_k))
+  EV pretrain the critic's explained variance of its targets in the last
+              pre-training round (of the values before that round's
+              update, as `pretrain_value` logs it)
+  EV vs V*    1 - Var[V* - V] / Var[V*] over the sampled open states
 
 Writes benchmarks/results/advantage_quality.json (or --out).
 """
@@ -121,7 +124,7 @@ ESTIMATORS = {
   "rloo": {**_COMMON, "rl.advantage.estimator": "rloo"},
   "dr_grpo": {**_COMMON, "rl.advantage.estimator": "dr_grpo"},
 }
-# Prompts longer than this are prefilled in pieces: attention over a whole
+# Starts longer than this are prefilled in pieces: attention over a whole
 # 3,000-token prefix of many rows at once would hold [B, heads, T, S]
 # logits (gigabytes); a rollout's own prefills are a prompt or one
 # observation.
@@ -311,6 +314,17 @@ def error_by_depth(
   return out
 
 
+def explained_variance(
+  values: Sequence[np.ndarray], truths: Sequence[np.ndarray]
+) -> float | None:
+  """1 - Var[V* - V] / Var[V*] over all states; None when V* is constant."""
+  v = np.concatenate([np.asarray(x, np.float64) for x in values] or [[]])
+  t = np.concatenate([np.asarray(x, np.float64) for x in truths] or [[]])
+  if len(t) < 2 or np.var(t) == 0:
+    return None
+  return float(1.0 - np.var(t - v) / np.var(t))
+
+
 def states_after_turns(
   fresh: code_env.EpisodeState,
   final: code_env.EpisodeState,
@@ -431,6 +445,7 @@ def pretrain_critics(
       sft_params, keys.ppo_init(exp.seed)
     )
   for k in range(rounds):
+    t0 = time.perf_counter()
     prompts = data_lib.iteration_prompts(
       train_tasks,
       exp.seed,
@@ -467,6 +482,7 @@ def pretrain_critics(
       + " ".join(
         f"{n} {h[-1]['explained_variance']:.3f}" for n, h in history.items()
       )
+      + f" ({time.perf_counter() - t0:.0f} s)"
     )
   return critics, history
 
@@ -608,6 +624,8 @@ class Measured:
   Attributes:
     rows: `tercile_rows` of every estimator.
     critic_error_by_depth: {critic estimator: `error_by_depth`}.
+    critic_explained_variance: {critic estimator: `explained_variance` of
+      its V(s_k) against V*(s_k) over the open states}.
     true_values: per episode, [turns + 1] V*(s_0..s_n).
     estimates: {estimator: per episode, [turns] advantages}.
     critic_state_values: {critic estimator: per episode, [turns] V(s_k)}.
@@ -615,6 +633,7 @@ class Measured:
 
   rows: list[dict[str, Any]]
   critic_error_by_depth: dict[str, dict[str, dict[str, Any]]]
+  critic_explained_variance: dict[str, float | None]
   true_values: list[np.ndarray]
   estimates: dict[str, list[np.ndarray]]
   critic_state_values: dict[str, list[np.ndarray]]
@@ -651,13 +670,15 @@ def compare(
   for name, adv in advantages.items():
     estimates[name] = per_turn_means(adv, trainable)
     rows += tercile_rows(name, estimates[name], truth_a, buckets)
-  state_values, errors = {}, {}
+  state_values, errors, fit = {}, {}, {}
+  open_truths = [t[:-1] for t in truth_v]
   for name, v in values.items():
     state_values[name] = [
       np.asarray(v[i])[turn_starts(trainable[i])] for i in range(len(turns))
     ]
-    errors[name] = error_by_depth(state_values[name], [t[:-1] for t in truth_v])
-  return Measured(rows, errors, truth_v, estimates, state_values)
+    errors[name] = error_by_depth(state_values[name], open_truths)
+    fit[name] = explained_variance(state_values[name], open_truths)
+  return Measured(rows, errors, fit, truth_v, estimates, state_values)
 
 
 # --- Report ------------------------------------------------------------------
@@ -688,13 +709,16 @@ def table_text(result: dict[str, Any]) -> str:
     depth = list(diagnostics.DEPTH_BUCKETS)
     lines.append("")
     lines.append(
-      f"{'critic':<10} | explained var | MAE |V - V*| by turn: "
+      f"{'critic':<10} | EV pretrain | EV vs V* | MAE |V - V*| by turn: "
       + " ".join(f"{d[5:]:>6}" for d in depth)
     )
     for name, by_depth in errors.items():
       ev = result["critic_explained_variance"].get(name)
+      true_ev = result["critic_explained_variance_true"].get(name)
       cells = " ".join(f"{_fmt(by_depth[d]['mae']):>6}" for d in depth)
-      lines.append(f"{name:<10} | {_fmt(ev):>13} | {'':21}{cells}")
+      lines.append(
+        f"{name:<10} | {_fmt(ev):>11} | {_fmt(true_ev):>8} | {'':21}{cells}"
+      )
   return "\n".join(lines)
 
 
@@ -910,6 +934,7 @@ def main(argv):
       n: (h[-1]["explained_variance"] if h else None)
       for n, h in history.items()
     },
+    "critic_explained_variance_true": measured.critic_explained_variance,
     "value_pretrain": history,
     "settings": {
       "config": exp.preset,

@@ -117,6 +117,42 @@ def test_error_by_depth_buckets_states_by_turn():
   assert errors["turn_8_15"] == {"mae": None, "n": 0}
 
 
+def test_explained_variance_against_true_values():
+  truths = [np.asarray([0.0, 1.0]), np.asarray([0.5, 0.5])]
+  # Var[V*] = 0.125; off by 0.25 everywhere with alternating sign: Var 0.0625.
+  values = [np.asarray([0.25, 0.75]), np.asarray([0.75, 0.25])]
+  assert aq.explained_variance(truths, truths) == 1.0
+  assert aq.explained_variance(values, truths) == pytest.approx(0.5)
+  # A constant offset costs nothing (a variance); constant truths say nothing.
+  shifted = [t + 0.3 for t in truths]
+  assert aq.explained_variance(shifted, truths) == pytest.approx(1.0)
+  assert aq.explained_variance(values, [np.ones(2), np.ones(2)]) is None
+
+
+class _Recorder:
+  """Records the calls a policy gets."""
+
+  def __init__(self):
+    self.calls = []
+
+  def begin(self, prompts):
+    self.calls.append(("begin", prompts))
+
+  def observe(self, observations):
+    self.calls.append(("observe", observations))
+
+
+def test_chunked_prefill_feeds_long_starts_in_pieces():
+  inner = _Recorder()
+  short, long = list(range(5)), list(range(1000, 1600))
+  aq.ChunkedPrefill(inner, chunk=256).begin([short, long])
+  assert inner.calls == [
+    ("begin", [short, long[:256]]),
+    ("observe", [[], long[256:512]]),
+    ("observe", [[], long[512:]]),
+  ]
+
+
 SECRET = 37
 _FOUND = re.compile(r"found, s = (-?\d+)")
 
@@ -380,6 +416,7 @@ def test_smoke_run_writes_rows_errors_and_plot(tmp_path):
     assert all(_in_range(b["mae"], 0.0, 1.0) for b in by_depth.values())
   for name in ("gae_old", "gae_tests"):
     assert _in_range(data["critic_explained_variance"][name], -1e6, 1.0)
+    assert _in_range(data["critic_explained_variance_true"][name], -1e6, 1.0)
     assert len(data["value_pretrain"][name]) == 1
   assert 0.0 <= data["true_value_s0_mean"] <= 1.0
   assert set(data["wall_s"]) == {
