@@ -418,7 +418,17 @@ def targets(
   )
   advantages, returns = adv_lib.compute_advantages(inputs, rl.advantage)
   norm = losses.normalizer_for(mask)
-  metrics = {
+  metrics = {}
+  if rl.advantage.estimator == "gae":
+    rows = jnp.any(mask, axis=1)
+    lam = adv_lib.actor_lambda(inputs, rl.advantage)
+    metrics["advantage/actor_lambda_mean"] = jnp.sum(
+      jnp.where(rows, lam, 0.0)
+    ) / jnp.maximum(jnp.sum(rows), 1)
+    metrics["advantage/critic_trust"] = adv_lib.critic_trust(
+      inputs, rl.advantage
+    )
+  metrics |= {
     "kl/ref_mean": losses.token_mean(kl_bt, mask, norm),
     "kl/ref_seq_sum": jnp.sum(kl_bt) / norm.num_seqs,
     "advantage/mean": losses.token_mean(advantages, mask, norm),

@@ -19,6 +19,7 @@ BASE = advantages.AdvantageConfig(
   lam_critic=0.95,
   lam_length_alpha=0.0,
   credit="token",
+  critic_trust="none",
   gae_method="scan",
   group_eps=1e-6,
   whiten=False,
@@ -244,6 +245,7 @@ def test_turn_credit_through_the_registry():
     ("lam_length_alpha", -0.05, "advantage.lam_length_alpha=-0.05"),
     ("lam_length_alpha", float("inf"), "advantage.lam_length_alpha=inf"),
     ("credit", "episode", "advantage.credit='episode'"),
+    ("critic_trust", "always", "advantage.critic_trust='always'"),
   ],
 )
 def test_new_fields_are_validated(field, value, match):
@@ -262,3 +264,61 @@ def test_gae_only_fields_are_refused_with_a_group_estimator(algo, field, value):
   section["advantage"][field] = value
   with pytest.raises(ValueError, match=f"estimator='{algo}'"):
     rl_config.RLConfig.from_config(section)
+
+
+def _with_values(inputs, values):
+  return inputs.replace(values=jnp.asarray(values, jnp.float32))
+
+
+def _monte_carlo(inputs):
+  return _direct(inputs, 1.0)[1]
+
+
+def test_an_unlearnt_critic_gets_no_trust_lambda_one():
+  """Values that explain nothing of the returns: Monte-Carlo advantages."""
+  inputs = _gae_inputs(7)
+  mc = np.asarray(_monte_carlo(inputs))
+  mask = np.asarray(inputs.trainable)
+  # Values anti-correlated with the returns: explained variance < 0.
+  inputs = _with_values(inputs, np.where(mask, 1.0 - mc, 0.0))
+  cfg = dataclasses.replace(BASE, critic_trust="explained_variance", lam=0.8)
+  assert float(advantages.critic_trust(inputs, cfg)) == 0.0
+  np.testing.assert_allclose(advantages.actor_lambda(inputs, cfg), 1.0)
+  adv, _ = advantages.compute_advantages(inputs, cfg)
+  np.testing.assert_allclose(adv, _direct(inputs, 1.0)[0], atol=1e-6)
+
+
+def test_a_critic_that_explains_the_returns_keeps_the_configured_lambda():
+  inputs = _gae_inputs(8)
+  inputs = _with_values(inputs, _monte_carlo(inputs))  # EV = 1
+  cfg = dataclasses.replace(BASE, critic_trust="explained_variance", lam=0.8)
+  np.testing.assert_allclose(advantages.critic_trust(inputs, cfg), 1.0)
+  np.testing.assert_allclose(
+    advantages.actor_lambda(inputs, cfg), 0.8, atol=1e-6
+  )
+
+
+def test_trust_scales_the_distance_to_one_per_row_and_spares_the_returns():
+  inputs = _gae_inputs(9)
+  mc = np.asarray(_monte_carlo(inputs))
+  noise = np.random.default_rng(0).normal(size=mc.shape)
+  inputs = _with_values(inputs, mc + 0.7 * noise * mc.std())
+  cfg = dataclasses.replace(
+    BASE,
+    critic_trust="explained_variance",
+    lam_length_alpha=0.2,
+    lam_critic=0.9,
+  )
+  trust = float(advantages.critic_trust(inputs, cfg))
+  assert 0.2 < trust < 0.9
+  n = np.asarray(inputs.trainable).sum(axis=1)
+  base = np.clip(1 - 1 / (0.2 * n), 0, 1)
+  want = 1 - (1 - base) * trust
+  np.testing.assert_allclose(
+    advantages.actor_lambda(inputs, cfg), want, atol=1e-5
+  )
+  adv, ret = advantages.compute_advantages(inputs, cfg)
+  np.testing.assert_allclose(
+    adv, _direct(inputs, jnp.asarray(want, jnp.float32))[0], atol=1e-5
+  )
+  np.testing.assert_allclose(ret, _direct(inputs, 0.9)[1], atol=1e-6)

@@ -51,6 +51,7 @@ def _cfg(estimator):
     lam_critic=0.95,
     lam_length_alpha=0.0,
     credit="token",
+    critic_trust="none",
     gae_method="scan",
     group_eps=1e-6,
     whiten=False,

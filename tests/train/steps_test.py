@@ -158,6 +158,7 @@ def test_targets_match_numpy_reference(placement):
     kl__estimator="k1",
     advantage__lam=lam,
     advantage__lam_critic=lam,
+    advantage__critic_trust="none",
     advantage__whiten=False,
   )
   r = _random_rollout(1)
