@@ -49,6 +49,7 @@ Writes benchmarks/results/advantage_quality.json (or --out).
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 import copy
 import dataclasses
@@ -149,7 +150,7 @@ def define_flags():
     "estimators", list(ESTIMATORS), f"Estimators, of {list(ESTIMATORS)}."
   )
   flags.DEFINE_integer(
-    "rows", 64, "Continuations per rollout batch (KV-cache rows)."
+    "rows", 32, "Continuations per rollout batch (KV-cache rows)."
   )
   flags.DEFINE_float(
     "temperature",
@@ -583,29 +584,40 @@ def continuation_rewards(
   rows: int,
   rng: jax.Array,
   console=print,
-) -> np.ndarray:
-  """[len(starts)] the reward of one continuation of each start.
+) -> tuple[np.ndarray, dict[str, int]]:
+  """The reward of one continuation of each start, and why they stopped.
 
   The starts run `rows` at a time in lockstep (`agent_loop.collect` with
   `starts`), those with the most turns left in their own episode
   (`remaining`) first, so that a batch's rows end at similar times. Batch
-  c uses `fold_in(rng, c)`.
+  c uses `fold_in(rng, c)`. Each batch's wall-clock budget
+  (`env.max_wall_s`) starts when the batch does, as an episode's does at
+  its reset.
+
+  Returns:
+    ([len(starts)] rewards, {stop reason: continuations}).
   """
   order = sorted(range(len(starts)), key=lambda j: (-remaining[j], j))
   out = np.zeros((len(starts),), np.float32)
+  reasons = collections.Counter()
   env = learner.env
   for c, lo in enumerate(range(0, len(order), rows)):
     picked = order[lo : lo + rows]
     t0 = time.perf_counter()
+    now = env.reset(starts[picked[0]][0].task).started_at
     rollout = agent_loop.collect(
       env,
       policy,
       [starts[j][0].task for j in picked],
       list(range(len(picked))),
       transfers.fold_in(rng, c),
-      starts=[starts[j] for j in picked],
+      starts=[
+        (dataclasses.replace(starts[j][0], started_at=now), starts[j][1])
+        for j in picked
+      ],
     )
     out[picked] = _reward_totals(learner, rollout)
+    reasons.update(e.stop_reason for e in rollout.episodes)
     turns = sum(
       len(e.turns) - len(starts[j][0].turns)
       for e, j in zip(rollout.episodes, picked, strict=True)
@@ -614,7 +626,14 @@ def continuation_rewards(
       f"continuations {lo + len(picked)}/{len(starts)}: {len(picked)} rows,"
       f" {turns} turns ({time.perf_counter() - t0:.0f} s)"
     )
-  return out
+  if reasons[code_env.STOP_MAX_WALL_S]:
+    console(
+      f"WARNING: {reasons[code_env.STOP_MAX_WALL_S]} continuations stopped"
+      f" by the wall-clock budget (env.max_wall_s={env.config.max_wall_s}),"
+      " not by the policy: their states' V* are biased low. Use fewer"
+      " --rows, or a machine less busy."
+    )
+  return out, dict(sorted(reasons.items()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -893,7 +912,7 @@ def main(argv):
         base.sampler, {"params": sft_params}, exp.conversation, cache_len
       )
     )
-    rewards = continuation_rewards(
+    rewards, stops = continuation_rewards(
       base,
       policy,
       starts,
@@ -963,6 +982,7 @@ def main(argv):
       },
     },
     "horizon": horizon,
+    "continuation_stop_reasons": stops,
     "reward_mean": float(total.mean()),
     "true_value_s0_mean": float(np.mean([v[0] for v in measured.true_values])),
     "wall_s": {k: round(v, 1) for k, v in wall.items()},

@@ -9,6 +9,7 @@ advantage 0); the whole script once, end to end, on a small SFT model.
 import json
 import math
 import re
+import types as types_lib
 
 import jax
 import numpy as np
@@ -306,6 +307,45 @@ def test_every_estimator_is_a_valid_config_and_gives_turn_advantages():
       assert turns[0][0] > turns[1][0]
 
 
+def test_continuations_get_the_wall_clock_budget_from_their_start(
+  module_pool,
+):
+  """States made long before their batch runs are not timed out by that."""
+  now = [0.0]
+  env = code_env.CodeEnv(
+    module_pool, TOK, envs.budgets(max_turns=10), clock=lambda: now[0]
+  )
+  task = _probe_task()
+  whole = agent_loop.collect(
+    env, BisectPolicy(), [task], [0], jax.random.PRNGKey(0)
+  )
+  final = whole.episodes[0]
+  opened = aq.states_after_turns(
+    env.reset(task), final, whole.batch.tokens[0], whole.batch.trainable[0]
+  )
+  # The states were made at 0; their batches run past the 60 s budget.
+  now[0] = 1000.0
+  learner = types_lib.SimpleNamespace(
+    env=env,
+    rewards_of=lambda rollout, start, stopper: types_lib.SimpleNamespace(
+      total=np.asarray([e.outcome.suite_a for e in rollout.episodes])
+    ),
+  )
+  lines = []
+  rewards, stops = aq.continuation_rewards(
+    learner,
+    BisectPolicy(),
+    opened,
+    [len(final.turns) - k for k in range(len(opened))],
+    3,
+    jax.random.PRNGKey(1),
+    console=lines.append,
+  )
+  np.testing.assert_array_equal(rewards, np.ones(len(opened)))
+  assert stops == {code_env.STOP_SUBMIT: len(opened)}
+  assert len(lines) == 3 and not any("WARNING" in x for x in lines)
+
+
 def _bench(*args):
   return processes.run_python("benchmarks/advantage_quality.py", *args)
 
@@ -393,6 +433,10 @@ def test_smoke_run_writes_rows_errors_and_plot(tmp_path):
   turns = settings["states"]
   assert 8 <= turns <= 8 * 10
   assert data["horizon"]["episodes"] == 8
+  stops = data["continuation_stop_reasons"]
+  assert sum(stops.values()) == 2 * turns
+  assert set(stops) <= set(code_env.STOP_REASONS)
+  assert code_env.STOP_MAX_WALL_S not in stops
   rows = data["rows"]
   assert [(r["estimator"], r["tercile"]) for r in rows] == [
     (n, t) for n in names for t in aq.TERCILES
