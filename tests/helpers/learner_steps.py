@@ -10,6 +10,8 @@ import numpy as np
 import optax
 
 from codeagent_rl.models import transformer
+from codeagent_rl.parallel import sharding
+from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rl import config as rl_config
 from codeagent_rl.train import steps
 from configs import common
@@ -87,3 +89,13 @@ def ppo_batch(seed, advantages=None):
 # SGD: the update is linear in the gradient, so equal updates mean equal
 # accumulated gradients (Adam would amplify float noise on near-zero ones).
 TX = optax.sgd(0.5)
+
+
+def actor_params_of(learner):
+  """Randomly initialised actor params on a `ppo.Learner`'s mesh."""
+  exp = learner.exp
+  with sharding.axis_rules(learner.mesh, learner.rules):
+    actor, _ = state_lib.create_train_states(
+      exp.model, exp.optim, learner.mesh, learner.rules, jax.random.key(0)
+    )
+  return actor.params

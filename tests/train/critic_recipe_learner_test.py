@@ -15,8 +15,6 @@ import pytest
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
-from codeagent_rl.parallel import sharding
-from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import dynamic_sampling
@@ -27,6 +25,7 @@ from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
 from codeagent_rl.train import workdir as workdir_lib
 from configs import tiny
+from tests.helpers import learner_steps
 from tests.helpers import policies
 
 BATCH, LENGTH, PROMPT = 8, 32, 8
@@ -71,13 +70,7 @@ def _iterating_learner(config, pool):
   ), train
 
 
-def _sft_params(learner):
-  exp = learner.exp
-  with sharding.axis_rules(learner.mesh, learner.rules):
-    actor, _ = state_lib.create_train_states(
-      exp.model, exp.optim, learner.mesh, learner.rules, jax.random.key(0)
-    )
-  return actor.params
+_sft_params = learner_steps.actor_params_of
 
 
 def test_a_test_aware_critic_leaves_the_actor_byte_identical():
