@@ -30,6 +30,7 @@ through the PPO environment (anti-cheat gate included). Then:
   the critics see the same data), each on its own estimator's value
   targets: Monte-Carlo returns where `lam_critic` is 1 (`pretrain_value`'s
   targets), else the lambda-returns a critic warm-up iteration trains on.
+  Estimators whose critics would train alike share one (`critic_key`).
 
 Printed and written (JSON, and a PNG beside it):
 
@@ -106,6 +107,7 @@ _GAE = {
   "rl.advantage.estimator": "gae",
   "rl.advantage.lam": 0.95,
   "rl.advantage.lam_critic": 1.0,
+  "rl.advantage.critic_trust": "none",
 }
 # The estimators compared: the fields of the run's config each changes.
 ESTIMATORS = {
@@ -121,6 +123,9 @@ ESTIMATORS = {
     "rl.advantage.lam_length_alpha": 0.05,
     "critic.privileged": "tests",
   },
+  # Token credit, lambda 0.95 moved towards 1 by how little of the
+  # returns the critic explains (`advantages.actor_lambda`).
+  "gae_trust": {**_GAE, "rl.advantage.critic_trust": "explained_variance"},
   "grpo": {**_COMMON, "rl.advantage.estimator": "grpo"},
   "rloo": {**_COMMON, "rl.advantage.estimator": "rloo"},
   "dr_grpo": {**_COMMON, "rl.advantage.estimator": "dr_grpo"},
@@ -413,6 +418,22 @@ def estimator_experiments(
     cfg.update_from_flattened_dict(ESTIMATORS[name])
     out[name] = run_lib.job_from_config(cfg).exp
   return out
+
+
+def critic_key(exp: exp_lib.Experiment) -> tuple:
+  """What an estimator's critic pre-training depends on.
+
+  Estimators with equal keys pre-train the same critic on the same data,
+  so one is trained for them all. With `lam_critic` 1 the targets are
+  `pretrain_value`'s Monte-Carlo returns, which the actor's lambda (`lam`,
+  `lam_length_alpha`, `critic_trust`) does not enter.
+  """
+  adv = exp.rl.advantage
+  if adv.lam_critic == 1.0:
+    adv = dataclasses.replace(
+      adv, lam=1.0, lam_length_alpha=0.0, critic_trust="none"
+    )
+  return dataclasses.replace(exp.rl, advantage=adv), exp.privileged
 
 
 def _reward_totals(learner: ppo_lib.Learner, rollout) -> np.ndarray:
@@ -873,11 +894,17 @@ def main(argv):
       f" ({wall['sample_s']:.0f} s)",
       flush=True,
     )
-    # 2. Critics, value-pre-trained.
+    # 2. Critics, value-pre-trained: one per distinct `critic_key`, named
+    # by the first estimator that uses it.
     t0 = time.perf_counter()
-    learners = {
-      n: learner_of(e) for n, e in experiments.items() if e.uses_critic
+    owners = {}
+    for n, e in experiments.items():
+      if e.uses_critic:
+        owners.setdefault(critic_key(e), n)
+    critic_of = {
+      n: owners[critic_key(e)] for n, e in experiments.items() if e.uses_critic
     }
+    learners = {n: learner_of(experiments[n]) for n in owners.values()}
     critics, history = pretrain_critics(
       base,
       learners,
@@ -887,10 +914,12 @@ def main(argv):
       console=lambda line: print(line, flush=True),
     )
     row_tasks = [e.task for e in episodes]
-    values = {
+    trained = {
       n: critic_values(learners[n], critics[n].params, batch, row_tasks)
       for n in learners
     }
+    values = {n: trained[c] for n, c in critic_of.items()}
+    history = {n: history[c] for n, c in critic_of.items()}
     wall["value_pretrain_s"] = time.perf_counter() - t0
     # 3. Ground truth: K continuations of every open state.
     t0 = time.perf_counter()
@@ -977,6 +1006,8 @@ def main(argv):
         n: {
           **dataclasses.asdict(e.rl.advantage),
           "critic_privileged": e.privileged.mode,
+          # The estimator whose pre-trained critic this one uses.
+          "critic": critic_of.get(n),
         }
         for n, e in experiments.items()
       },

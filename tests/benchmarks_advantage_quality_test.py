@@ -275,7 +275,19 @@ def test_every_estimator_is_a_valid_config_and_gives_turn_advantages():
   assert experiments["gae_vapo"].rl.advantage.lam_length_alpha == 0.05
   assert experiments["gae_turn"].rl.advantage.credit == "turn"
   assert experiments["gae_tests"].privileged.mode == "tests"
+  assert experiments["gae_trust"].rl.advantage.critic_trust != "none"
   assert not experiments["rloo"].uses_critic
+  assert {
+    e.rl.advantage.critic_trust
+    for n, e in experiments.items()
+    if n != "gae_trust" and e.uses_critic
+  } == {"none"}
+  # Critics with Monte-Carlo targets train alike whatever the actor's
+  # lambda; the others differ in targets, credit or input.
+  key = {n: aq.critic_key(e) for n, e in experiments.items()}
+  assert key["gae_vapo"] == key["gae_trust"]
+  others = [key[n] for n in ("gae_old", "gae_turn", "gae_tests", "gae_vapo")]
+  assert len(set(others)) == 4
   trainable = np.zeros((4, 12), bool)
   trainable[:, 2:5] = trainable[:, 7:11] = True
   batch = types.TrajectoryBatch(
@@ -413,7 +425,7 @@ def test_smoke_run_writes_rows_errors_and_plot(tmp_path):
   made = processes.run_python("-c", _MAKE_SFT, str(run))
   assert made.returncode == 0, made.stderr[-3000:]
   out = tmp_path / "aq.json"
-  names = ["gae_old", "gae_tests", "rloo"]
+  names = ["gae_old", "gae_tests", "gae_vapo", "gae_trust", "rloo"]
   proc = _bench(
     *SMOKE,
     f"--workdir={run}",
@@ -453,12 +465,19 @@ def test_smoke_run_writes_rows_errors_and_plot(tmp_path):
   # The 100-step model's rewards vary, so do the true advantages: every
   # estimator has a correlation over all turns.
   assert all(r["corr"] is not None for r in rows if r["tercile"] == "all")
-  assert set(data["critic_error_by_depth"]) == {"gae_old", "gae_tests"}
+  critics = {"gae_old", "gae_tests", "gae_vapo", "gae_trust"}
+  assert set(data["critic_error_by_depth"]) == critics
+  # gae_trust's critic is gae_vapo's: pre-trained once.
+  assert settings["estimators"]["gae_trust"]["critic"] == "gae_vapo"
+  assert settings["estimators"]["rloo"]["critic"] is None
+  assert (
+    data["value_pretrain"]["gae_trust"] == data["value_pretrain"]["gae_vapo"]
+  )
   for by_depth in data["critic_error_by_depth"].values():
     assert list(by_depth) == list(diagnostics.DEPTH_BUCKETS)
     assert sum(b["n"] for b in by_depth.values()) == turns
     assert all(_in_range(b["mae"], 0.0, 1.0) for b in by_depth.values())
-  for name in ("gae_old", "gae_tests"):
+  for name in critics:
     assert _in_range(data["critic_explained_variance"][name], -1e6, 1.0)
     assert _in_range(data["critic_explained_variance_true"][name], -1e6, 1.0)
     assert len(data["value_pretrain"][name]) == 1
