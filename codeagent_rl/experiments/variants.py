@@ -108,6 +108,9 @@ def _vapo(**more: Any) -> dict[str, Any]:
     "rl.loss.eps_high": 0.28,
     # NLL on the tokens of solved episodes, weight 0.1.
     "rl.loss.positive_nll_coef": 0.1,
+    # VAPO's lambdas as they are: no fall-back to 1 while the critic
+    # explains little (this repository's rl.advantage.critic_trust).
+    "rl.advantage.critic_trust": "none",
   }
   settings.update(more)
   return settings
@@ -144,6 +147,7 @@ VARIANTS: dict[str, Variant] = {
       "rl.advantage.lam_critic": 0.95,
       "rl.advantage.lam_length_alpha": 0.0,
       "rl.advantage.credit": "token",
+      "rl.advantage.critic_trust": "none",
       "ppo.value_pretrain_iterations": 0,
       "ppo.critic_warmup_iterations": 1,
     },
@@ -156,7 +160,10 @@ VARIANTS: dict[str, Variant] = {
   ),
   # VAPO with turn-level credit (codeagent_rl/rl/gae.py compute_turn_gae):
   # an MDP step is a turn, so the length-adaptive lambda (made for token
-  # steps) is off and the actor's lambda is the usual 0.95 per turn.
+  # steps) is off and the actor's lambda is the usual 0.95 per turn; the
+  # actor's lambda falls back towards 1 while the critic explains little
+  # (rl.advantage.critic_trust, the repository's guard against the
+  # long-horizon collapse).
   "ppo_turn": Variant(
     "gae",
     _vapo(
@@ -164,16 +171,30 @@ VARIANTS: dict[str, Variant] = {
         "rl.advantage.credit": "turn",
         "rl.advantage.lam_length_alpha": 0.0,
         "rl.advantage.lam": 0.95,
+        "rl.advantage.critic_trust": "explained_variance",
       }
     ),
-    "VAPO with turn-level credit: one value and advantage per turn",
+    "VAPO with turn-level credit and the critic-trust lambda",
   ),
   # VAPO with an asymmetric critic that reads the task's hidden tests
-  # (SWEET-RL's privileged critic; train/critic_inputs.py).
+  # (SWEET-RL's privileged critic; train/critic_inputs.py), and the
+  # critic-trust lambda.
   "ppo_tests": Variant(
     "gae",
-    _vapo(**{"critic.privileged": "tests"}),
-    "VAPO with a test-aware critic (the hidden tests in its input)",
+    _vapo(
+      **{
+        "critic.privileged": "tests",
+        "rl.advantage.critic_trust": "explained_variance",
+      }
+    ),
+    "VAPO with a test-aware critic and the critic-trust lambda",
+  ),
+  # VAPO's settings with the critic-trust lambda: the actor's lambda moves
+  # towards 1 by how little of the returns the critic explains.
+  "vapo_trust": Variant(
+    "gae",
+    _vapo(**{"rl.advantage.critic_trust": "explained_variance"}),
+    "VAPO with the critic-trust lambda",
   ),
   # GRPO with DAPO's settings (arXiv 2503.14476): dynamic sampling (flat
   # groups dropped, more prompts drawn), clip-higher 0.28, no KL term,

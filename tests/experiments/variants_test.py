@@ -49,20 +49,25 @@ def test_recipes_hold_the_settings_they_name():
     "ppo.critic_warmup_iterations": 0,
     "rl.loss.eps_high": 0.28,
     "rl.loss.positive_nll_coef": 0.1,
+    "rl.advantage.critic_trust": "none",
   }
+  trust = {"rl.advantage.critic_trust": "explained_variance"}
   turn = dict(variants.VARIANTS["ppo_turn"].overrides)
   assert turn == {
     **vapo,
+    **trust,
     "rl.advantage.credit": "turn",
     "rl.advantage.lam_length_alpha": 0.0,
     "rl.advantage.lam": 0.95,
   }
   tests = dict(variants.VARIANTS["ppo_tests"].overrides)
-  assert tests == {**vapo, "critic.privileged": "tests"}
+  assert tests == {**vapo, **trust, "critic.privileged": "tests"}
+  assert dict(variants.VARIANTS["vapo_trust"].overrides) == {**vapo, **trust}
   assert dict(variants.VARIANTS["ppo"].overrides) == {
     "rl.advantage.lam_critic": 0.95,
     "rl.advantage.lam_length_alpha": 0.0,
     "rl.advantage.credit": "token",
+    "rl.advantage.critic_trust": "none",
     "ppo.value_pretrain_iterations": 0,
     "ppo.critic_warmup_iterations": 1,
   }
@@ -74,7 +79,7 @@ def test_recipes_hold_the_settings_they_name():
     "rl.kl.coef": 0.0,
     "rl.loss.agg_mode": "token_mean",
   }
-  for name in ("ppo", "vapo", "ppo_turn", "ppo_tests"):
+  for name in ("ppo", "vapo", "vapo_trust", "ppo_turn", "ppo_tests"):
     assert variants.VARIANTS[name].estimator == "gae"
   assert all(v.description for v in variants.VARIANTS.values())
 
