@@ -235,4 +235,3 @@ def test_every_unset_field_can_be_set_from_the_command_line(name):
   for preset in PRESETS.get(name, [None]):
     config = module.get_config(preset)
     assert _untyped_nones(config) == [], f"configs/{name}.py:{preset}"
-
