@@ -69,13 +69,25 @@ def test_smoke_config_is_valid():
   ],
 )
 def test_bad_value_is_rejected_naming_the_field(section, field, value, match):
-  config = _smoke()
-  node = config
+  # Through a plain dict, as a config built without the presets' typed
+  # placeholders arrives: a typed ConfigDict refuses some values (a str seed)
+  # before the experiment sees them.
+  values = _smoke().to_dict()
+  node = values
   for part in section.split("."):
     node = node[part]
   node[field] = value
+  config = ml_collections.ConfigDict(values)
   with pytest.raises(ValueError, match=match):
     experiment.Experiment.from_config(config)
+
+
+def test_typed_seed_placeholder_refuses_a_string_on_assignment():
+  config = _smoke()
+  with pytest.raises(TypeError, match="seed"):
+    config.data.seed = "7"
+  config.data.seed = 7
+  assert experiment.Experiment.from_config(config).data.seed == 7
 
 
 @pytest.mark.parametrize("value", [None, 1, 0.0, "false"])
