@@ -5,7 +5,7 @@ Run from the repository root, on a run directory whose SFT has finished
 
   PYTHONPATH=. python benchmarks/advantage_quality.py \
     --config=configs/long_horizon.py --workdir=DIR --prompts=8 \
-    --continuations=4 --value_pretrain_rounds=8 --out=/tmp/aq.json
+    --continuations=4 --value_pretrain_rounds=4 --out=/tmp/aq.json
 
 The policy is the run's SFT actor (also the KL reference, so the rewards
 carry no KL term), sampling at the training temperature
@@ -40,6 +40,8 @@ Printed and written (JSON, and a PNG beside it):
   sign        share of turns with A* != 0 whose advantage has A*'s sign
   critic MAE  |V(s_k) - V*(s_k)| of each critic, by turn depth
               (`diagnostics.DEPTH_BUCKETS`; turn k + 1 reads V(s_k))
+  ceiling     the most correlation any estimator could reach with A*
+              from K continuations (its noise; `truth_reliability`)
   EV pretrain the critic's explained variance of its targets in the last
               pre-training round (of the values before that round's
               update, as `pretrain_value` logs it)
@@ -139,7 +141,9 @@ PREFILL_CHUNK = 256
 
 def define_flags():
   """Registers the benchmark's flags."""
-  config_flags.DEFINE_config_file("config", None, "The run's config.")
+  config_flags.DEFINE_config_file(
+    "config", "configs/long_horizon.py", "The run's config."
+  )
   flags.DEFINE_string("workdir", None, "Run directory with a finished SFT.")
   flags.DEFINE_integer("prompts", 8, "Training tasks, one group each.")
   flags.DEFINE_integer(
@@ -147,7 +151,7 @@ def define_flags():
   )
   flags.DEFINE_integer(
     "value_pretrain_rounds",
-    8,
+    4,
     "Value pre-training rounds of every critic (ppo.prompts_per_iteration"
     " groups each).",
   )
@@ -165,7 +169,7 @@ def define_flags():
   flags.DEFINE_integer("seed", 0, "Seed of the episodes and continuations.")
   flags.DEFINE_string("out", DEFAULT_OUT, "JSON file to write (PNG beside).")
   harness.define_flags()
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.mark_flags_as_required(["workdir"])
 
 
 # --- Ground truth and agreement (pure) ----------------------------------------
@@ -329,6 +333,62 @@ def explained_variance(
   if len(t) < 2 or np.var(t) == 0:
     return None
   return float(1.0 - np.var(t - v) / np.var(t))
+
+
+def truth_reliability(
+  episode_rewards: Sequence[float],
+  continuation: Sequence[np.ndarray],
+  buckets: np.ndarray,
+) -> dict[str, dict[str, Any]]:
+  """How well A* from K continuations can be predicted at all, per tercile.
+
+  A* is a difference of two means of K rewards: noisy. The true
+  advantages from the first K // 2 continuations and from the others
+  correlate by r (split halves); by Spearman-Brown the reliability of
+  the full-K A* is 2r / (1 + r), and no estimator's correlation with it
+  can exceed that's square root (`corr_ceiling`).
+
+  Args:
+    episode_rewards: [N] each episode's reward.
+    continuation: per episode, [turns, K] its states' continuation rewards.
+    buckets: [N] `terciles` of the episodes.
+
+  Returns:
+    {tercile: {"split_half_corr", "corr_ceiling" (None where undefined:
+    K < 2, constant halves or r <= 0), "n": turns}}.
+  """
+  halves = []
+  for reward, rewards in zip(episode_rewards, continuation, strict=True):
+    rewards = np.asarray(rewards, np.float64)
+    k = rewards.shape[1] // 2
+    if k == 0:
+      halves = None
+      break
+    halves.append(
+      tuple(
+        true_advantages(true_values(reward, part))
+        for part in (rewards[:, :k], rewards[:, k:])
+      )
+    )
+  out = {}
+  for label in TERCILES:
+    keep = [
+      i
+      for i in range(len(continuation))
+      if label == "all" or diagnostics.BUCKETS[buckets[i]] == label
+    ]
+    n = int(sum(len(continuation[i]) for i in keep))
+    corr = None
+    if halves is not None:
+      corr = agreement(
+        _joined([h[0] for h in halves], keep),
+        _joined([h[1] for h in halves], keep),
+      )["corr"]
+    ceiling = None
+    if corr is not None and corr > 0:
+      ceiling = float(np.sqrt(2 * corr / (1 + corr)))
+    out[label] = {"split_half_corr": corr, "corr_ceiling": ceiling, "n": n}
+  return out
 
 
 def states_after_turns(
@@ -666,6 +726,7 @@ class Measured:
     critic_error_by_depth: {critic estimator: `error_by_depth`}.
     critic_explained_variance: {critic estimator: `explained_variance` of
       its V(s_k) against V*(s_k) over the open states}.
+    reliability: `truth_reliability` of the ground truth.
     true_values: per episode, [turns + 1] V*(s_0..s_n).
     estimates: {estimator: per episode, [turns] advantages}.
     critic_state_values: {critic estimator: per episode, [turns] V(s_k)}.
@@ -674,6 +735,7 @@ class Measured:
   rows: list[dict[str, Any]]
   critic_error_by_depth: dict[str, dict[str, dict[str, Any]]]
   critic_explained_variance: dict[str, float | None]
+  reliability: dict[str, dict[str, Any]]
   true_values: list[np.ndarray]
   estimates: dict[str, list[np.ndarray]]
   critic_state_values: dict[str, list[np.ndarray]]
@@ -718,7 +780,10 @@ def compare(
     ]
     errors[name] = error_by_depth(state_values[name], open_truths)
     fit[name] = explained_variance(state_values[name], open_truths)
-  return Measured(rows, errors, fit, truth_v, estimates, state_values)
+  reliability = truth_reliability(episode_rewards, continuation, buckets)
+  return Measured(
+    rows, errors, fit, reliability, truth_v, estimates, state_values
+  )
 
 
 # --- Report ------------------------------------------------------------------
@@ -744,6 +809,9 @@ def table_text(result: dict[str, Any]) -> str:
     lines.append(
       f"{name:<10} | {'':14}{corr} | {'':16}{sign} | {by[name, 'all']['n']}"
     )
+  ceiling = result["truth_reliability"]
+  cells = " ".join(f"{_fmt(ceiling[t]['corr_ceiling']):>7}" for t in TERCILES)
+  lines.append(f"{'(ceiling)':<10} | {'':14}{cells} |")
   errors = result["critic_error_by_depth"]
   if errors:
     depth = list(diagnostics.DEPTH_BUCKETS)
@@ -783,6 +851,11 @@ def plot(result: dict[str, Any], path: pathlib.Path) -> None:
       label=label,
     )
   left.axhline(0.0, color="black", linewidth=0.6)
+  ceiling = result["truth_reliability"]["all"]["corr_ceiling"]
+  if ceiling is not None:
+    left.axhline(
+      ceiling, color="gray", linestyle="--", linewidth=1, label="ceiling"
+    )
   left.set_xticks(x, names, rotation=30)
   left.set_ylabel("Pearson corr. with A* (per turn)")
   left.set_title("advantage quality by episode-length tercile")
@@ -983,6 +1056,7 @@ def main(argv):
       for n, h in history.items()
     },
     "critic_explained_variance_true": measured.critic_explained_variance,
+    "truth_reliability": measured.reliability,
     "value_pretrain": history,
     "settings": {
       "config": exp.preset,
@@ -1017,6 +1091,36 @@ def main(argv):
     "reward_mean": float(total.mean()),
     "true_value_s0_mean": float(np.mean([v[0] for v in measured.true_values])),
     "wall_s": {k: round(v, 1) for k, v in wall.items()},
+    # Per episode, what the numbers above are made of (for analyses the
+    # script does not make).
+    "episodes": [
+      {
+        "task_id": e.task.task_id,
+        "group": int(g),
+        "turns": len(e.turns),
+        "stop_reason": e.stop_reason,
+        "reward": float(r),
+        "continuation_rewards": np.round(c, 6).tolist(),
+        "true_values": np.round(v, 6).tolist(),
+        "advantages": {
+          n: np.round(a[i], 6).tolist() for n, a in measured.estimates.items()
+        },
+        "critic_values": {
+          n: np.round(a[i], 6).tolist()
+          for n, a in measured.critic_state_values.items()
+        },
+      }
+      for i, (e, g, r, c, v) in enumerate(
+        zip(
+          episodes,
+          group_ids,
+          total,
+          continuation,
+          measured.true_values,
+          strict=True,
+        )
+      )
+    ],
   }
   text = table_text(result)
   print(text)

@@ -118,6 +118,34 @@ def test_error_by_depth_buckets_states_by_turn():
   assert errors["turn_8_15"] == {"mae": None, "n": 0}
 
 
+def test_truth_reliability_from_split_halves():
+  rewards = [1.0, 0.0, 0.5]
+  turns = [3, 2, 1]
+  rng = np.random.default_rng(0)
+  half = [rng.uniform(size=(n, 1)) for n in turns]
+  buckets = aq.terciles(turns)
+  # Both halves alike: the true advantages are as reliable as can be.
+  same = aq.truth_reliability(rewards, [np.tile(h, 2) for h in half], buckets)
+  assert same["all"]["split_half_corr"] == pytest.approx(1.0)
+  assert same["all"]["corr_ceiling"] == pytest.approx(1.0)
+  assert [same[t]["n"] for t in aq.TERCILES] == [6, 1, 2, 3]
+  # Halves opposed (r < 0): no ceiling; one continuation: no halves.
+  opposed = [np.concatenate([h, 1 - h], axis=1) for h in half]
+  rel = aq.truth_reliability([0.5] * 3, opposed, buckets)
+  assert rel["all"]["split_half_corr"] < 0
+  assert rel["all"]["corr_ceiling"] is None
+  one = aq.truth_reliability(rewards, half, buckets)
+  assert one["all"] == {"split_half_corr": None, "corr_ceiling": None, "n": 6}
+  # Halves that agree partly: ceiling sqrt(2r / (1 + r)) of their r.
+  noisy = [
+    np.concatenate([h, h + 0.3 * rng.normal(size=h.shape)], 1) for h in half
+  ]
+  rel = aq.truth_reliability(rewards, noisy, buckets)
+  r = rel["all"]["split_half_corr"]
+  assert 0 < r < 1
+  assert rel["all"]["corr_ceiling"] == pytest.approx(math.sqrt(2 * r / (1 + r)))
+
+
 def test_explained_variance_against_true_values():
   truths = [np.asarray([0.0, 1.0]), np.asarray([0.5, 0.5])]
   # Var[V*] = 0.125; off by 0.25 everywhere with alternating sign: Var 0.0625.
@@ -426,6 +454,7 @@ def test_smoke_run_writes_rows_errors_and_plot(tmp_path):
   assert made.returncode == 0, made.stderr[-3000:]
   out = tmp_path / "aq.json"
   names = ["gae_old", "gae_tests", "gae_vapo", "gae_trust", "rloo"]
+  critics_of_run = {"gae_old", "gae_tests", "gae_vapo", "gae_trust"}
   proc = _bench(
     *SMOKE,
     f"--workdir={run}",
@@ -445,6 +474,20 @@ def test_smoke_run_writes_rows_errors_and_plot(tmp_path):
   turns = settings["states"]
   assert 8 <= turns <= 8 * 10
   assert data["horizon"]["episodes"] == 8
+  reliability = data["truth_reliability"]
+  assert list(reliability) == list(aq.TERCILES)
+  assert reliability["all"]["n"] == turns
+  for rel in reliability.values():
+    assert _in_range(rel["split_half_corr"], -1.0, 1.0)
+    assert _in_range(rel["corr_ceiling"], 0.0, 1.0)
+  saved = data["episodes"]
+  assert len(saved) == 8 and sum(e["turns"] for e in saved) == turns
+  for e in saved:
+    assert np.asarray(e["continuation_rewards"]).shape == (e["turns"], 2)
+    assert len(e["true_values"]) == e["turns"] + 1
+    assert e["true_values"][-1] == pytest.approx(e["reward"], abs=1e-6)
+    assert {len(a) for a in e["advantages"].values()} == {e["turns"]}
+    assert set(e["critic_values"]) == critics_of_run
   stops = data["continuation_stop_reasons"]
   assert sum(stops.values()) == 2 * turns
   assert set(stops) <= set(code_env.STOP_REASONS)
@@ -465,7 +508,7 @@ def test_smoke_run_writes_rows_errors_and_plot(tmp_path):
   # The 100-step model's rewards vary, so do the true advantages: every
   # estimator has a correlation over all turns.
   assert all(r["corr"] is not None for r in rows if r["tercile"] == "all")
-  critics = {"gae_old", "gae_tests", "gae_vapo", "gae_trust"}
+  critics = critics_of_run
   assert set(data["critic_error_by_depth"]) == critics
   # gae_trust's critic is gae_vapo's: pre-trained once.
   assert settings["estimators"]["gae_trust"]["critic"] == "gae_vapo"
