@@ -49,7 +49,9 @@ def pretrain_value(
   at `ppo.value_pretrain_iterations`, or once the explained variance (of
   the values before each round's update) gained less than
   `ppo.value_pretrain_min_gain` over `ppo.value_pretrain_patience` rounds.
-  One JSON line per round goes to `path`, written when pre-training ends;
+  One JSON line per round goes to `path`, rewritten after every round (a
+  stopped run keeps the rounds it did: the record of a 30-round run
+  killed at round 10 is what says its explained variance was flat);
   `ppo.run_ppo` then saves the pre-trained critic as checkpoint step 0,
   which a resumed run starts from (an interrupted pre-training starts
   again).
@@ -79,6 +81,10 @@ def pretrain_value(
     row = {"round": k, **{n: scalars.get(n) for n in _PRETRAIN_SCALARS}}
     rows.append(row)
     evs.append(scalars.get("critic/explained_variance", float("nan")))
+    if distributed.is_primary():  # the others computed the same rows
+      tmp = path.with_name(path.name + ".tmp")
+      tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+      tmp.replace(path)
     console(
       f"value pretrain {k + 1}/{cfg.value_pretrain_iterations} | critic"
       f" {row['loss/critic']:.2e} | explained variance {evs[-1]:.3f}"
@@ -89,8 +95,4 @@ def pretrain_value(
     ):
       logging.info("value pre-training: levelled off after %d rounds", k + 1)
       break
-  if distributed.is_primary():  # the others computed the same rows
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
   return states

@@ -7,6 +7,7 @@ run does not pre-train again.
 """
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -345,3 +346,42 @@ def test_the_pre_trained_critic_is_saved_and_not_pre_trained_again(
     paths.checkpoints, dataclasses.replace(exp.checkpoint, async_save=False)
   ) as ckpt:
     assert ckpt.latest_step() == 0
+
+
+def test_a_stopped_pre_training_keeps_the_rounds_it_did(module_pool, tmp_path):
+  learner, train = _iterating_learner(
+    _config(
+      ppo__value_pretrain_iterations=3,
+      ppo__value_pretrain_patience=5,
+    ),
+    module_pool,
+  )
+  sft = _sft_params(learner)
+  learner.ref_params = sft
+  real = learner.iteration
+  calls = []
+
+  def stopping(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+      raise KeyboardInterrupt  # the run is stopped in round 2
+    return real(*args, **kwargs)
+
+  learner.iteration = stopping
+  with pytest.raises(KeyboardInterrupt):
+    ppo_lib.run_ppo(
+      learner,
+      train,
+      sft,
+      tmp_path,
+      iterations=0,
+      evaluator=eval_lib.Evaluator(
+        learner.exp, learner.env, train[:2], batch_size=2
+      ),
+      writer=metrics_lib.NullWriter(),
+      console=lambda line: None,
+    )
+  saved = workdir_lib.Workdir(tmp_path).value_pretrain.read_text()
+  rows = [json.loads(line) for line in saved.splitlines()]
+  assert [r["round"] for r in rows] == [0]
+  assert np.isfinite(rows[0]["loss/critic"])
