@@ -325,7 +325,8 @@ def test_read_run_counts_what_was_sampled(tmp_path):
 def test_an_older_compare_json_still_prints():
   shipped = json.loads(
     (
-      processes.REPO_ROOT / "benchmarks/results/long_horizon/compare.json"
+      processes.REPO_ROOT
+      / "benchmarks/results/long_horizon/before_critic_recipe/compare.json"
     ).read_text()
   )
   text = results_lib.report_text(shipped)
