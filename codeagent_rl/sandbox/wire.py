@@ -27,14 +27,21 @@ is strict: anything but this grammar raises `DecodeError`.
 
 Frames (`write_frame` / `read_frame`): a 4-byte big-endian length, then that
 many bytes of UTF-8 JSON.
+
+`sealed` returns copies of `encode` and `write_frame` that nothing patched
+after the call reaches: the guest's job process takes them before it
+imports untrusted code, which shares its interpreter.
 """
 
 from __future__ import annotations
 
+import builtins
+from collections.abc import Callable
 import json
 import math
 import os
 import struct
+import types
 from typing import Any
 
 # Past this many decimal digits `int` <-> `str` conversion is refused by
@@ -249,6 +256,80 @@ def write_frame(fd: int, obj: Any) -> None:
   view = memoryview(pack_frame(obj))
   while view:
     view = view[os.write(fd, view) :]
+
+
+# What `sealed` copies: `encode`, `write_frame` and everything of this
+# module they call (`dumps` is replaced by a copy of its own).
+_SEALED = (
+  "encode",
+  "_encode_float",
+  "_sorted_items",
+  "_type_name",
+  "pack_frame",
+  "write_frame",
+)
+
+
+def _sealed_dumps() -> Callable[[Any], str]:
+  """`dumps` over a C JSON encoder made now (what `json.dumps` would make).
+
+  `json.dumps` builds its encoder at each call from names in `json`'s
+  modules, which later code could replace; this one is built once here.
+  """
+  make = json.encoder.c_make_encoder
+  if make is None:
+    raise RuntimeError("sealed() needs the C JSON encoder (_json).")
+
+  def refuse(obj):
+    raise TypeError("not JSON data")
+
+  # Arguments as `json.dumps(obj, allow_nan=False, separators=(",", ":"))`
+  # passes them, without the cycle check (`encode` output is a tree).
+  iterencode = make(
+    None,
+    refuse,
+    json.encoder.c_encode_basestring_ascii,
+    None,
+    ":",
+    ",",
+    False,
+    False,
+    False,
+  )
+  join = "".join
+
+  def sealed_dumps(obj: Any) -> str:
+    return join(iterencode(obj, 0))
+
+  return sealed_dumps
+
+
+def sealed() -> tuple[Callable[[Any], Any], Callable[[int, Any], None]]:
+  """Copies of `encode` and `write_frame` that later patches cannot reach.
+
+  The copies run over a private snapshot of this module's globals: the
+  builtins copied, each imported module replaced by a copy of its
+  attributes, `dumps` by `_sealed_dumps()`. Replacing anything in this
+  module, `json`, `math`, `os` or `builtins` after the call changes nothing
+  they do. (Code in the same process can still reach the copies through
+  the garbage collector; the guest's server checks every frame anyway.)
+
+  Returns:
+    (encode, write_frame), as the module's.
+  """
+  scope = {}
+  for name, value in globals().items():
+    if isinstance(value, types.ModuleType):
+      value = types.SimpleNamespace(**vars(value))
+    scope[name] = value
+  scope["__builtins__"] = dict(vars(builtins))
+  scope["dumps"] = _sealed_dumps()
+  for name in _SEALED:
+    function = globals()[name]
+    scope[name] = types.FunctionType(
+      function.__code__, scope, name, function.__defaults__
+    )
+  return scope["encode"], scope["write_frame"]
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:

@@ -12,6 +12,7 @@ import pytest
 
 from codeagent_rl import types
 from codeagent_rl.sandbox import jobs
+from codeagent_rl.sandbox.guest import frames
 
 OK = types.JobStatus.OK
 CRASH = types.JobStatus.CRASH
@@ -53,8 +54,12 @@ def assert_crash(result: jobs.JobResult, fragment: str) -> None:
 @pytest.mark.parametrize(
   "forged,fragment",
   [
-    # Top level: before the job process's own order frame.
-    ('frame(\'{"event": "order", "order": []}\')', "not a permutation"),
+    # Top level: before the job process's own start frame. The server
+    # draws the order: an order frame, even a valid one, is malformed.
+    ('frame(\'{"event": "order", "order": [0, 1]}\')', "unexpected 'order'"),
+    ('frame(\'{"event": "order", "order": [1, 0]}\')', "unexpected 'order'"),
+    # The job process's own start frame comes next: a second one.
+    ('frame(\'{"event": "start"}\')', "unexpected 'start'"),
     ('frame(\'{"event": "done"}\')', "unexpected 'done'"),
     (
       'frame(\'{"event": "result", "test": 0, "status": "ok", "output": 1,'
@@ -79,21 +84,23 @@ def test_forged_frames_before_the_tests(pool, forged, fragment):
 @pytest.mark.parametrize(
   "forged,fragment",
   [
-    # Inside a test: after the order, instead of the test's own result.
+    # Inside the first test (position 0), instead of its own result.
     (
-      'frame(\'{"event": "result", "test": %d, "status": "ok", "output": 1,'
-      ' "time_s": 1e999}\' % x)',
+      'frame(\'{"event": "result", "test": 0, "status": "ok", "output": 1,'
+      ' "time_s": 1e999}\')',
       "not JSON",
     ),
     ('frame(\'{"event": "result", "test": 99, "status": "ok"}\')', "test 99"),
+    ('frame(\'{"event": "result", "test": 1, "status": "ok"}\')', "test 1"),
     ('frame(\'{"event": "order", "order": [0, 1]}\')', "unexpected 'order'"),
+    ('frame(\'{"event": "start"}\')', "unexpected 'start'"),
     ('frame(\'{"event": "done"}\')', "unexpected 'done'"),
     (
-      'frame(\'{"event": "result", "test": %d, "status": "passed"}\' % x)',
+      'frame(\'{"event": "result", "test": 0, "status": "passed"}\')',
       "bad status",
     ),
     (
-      'frame(\'{"event": "result", "test": %d, "status": "ok"}\' % x)',
+      'frame(\'{"event": "result", "test": 0, "status": "ok"}\')',
       "without an output",
     ),
   ],
@@ -103,16 +110,17 @@ def test_forged_frames_inside_a_test(pool, forged, fragment):
   assert_crash(run(pool, body), fragment)
 
 
-def test_forged_result_with_a_bad_output_fails_only_its_test(pool):
+@pytest.mark.parametrize(
+  "output", ['{"$float": "bogus"}', "[" * 150 + "]" * 150]
+)
+def test_forged_result_with_a_bad_output_fails_only_its_test(pool, output):
   # A well-formed result whose output is not tagged plain data (an unknown
   # tag, nesting past the wire's limit): that test is bad_output.
-  deep = "[" * 150 + "]" * 150
   body = f"""
 import json
 def f(x):
-  output = {{"$float": "bogus"}} if x == 0 else json.loads({deep!r})
-  frame(json.dumps({{"event": "result", "test": x, "status": "ok",
-                     "output": output}}))
+  frame(json.dumps({{"event": "result", "test": 0, "status": "ok",
+                     "output": json.loads({output!r})}}))
   os._exit(0)
 """
   result = run(pool, body, tests=1)
@@ -126,7 +134,7 @@ def test_test_times_are_the_servers(pool):
 import json, time
 def f(x):
   time.sleep(0.3)
-  frame(json.dumps({"event": "result", "test": x, "status": "ok",
+  frame(json.dumps({"event": "result", "test": 0, "status": "ok",
                     "output": x, "time_s": 1e-9}))
   os._exit(0)
 """
@@ -187,13 +195,42 @@ def test_a_well_formed_forgery_is_no_more_than_returning_values(pool):
   # values would have got: the judge compares them like any output.
   body = """
 import json
-frame(json.dumps({"event": "order", "order": [1, 0]}))
-for i in (1, 0):
+frame(json.dumps({"event": "start"}))
+for i in (0, 1):
   frame(json.dumps({"event": "result", "test": i, "status": "ok",
-                    "output": 42, "time_s": 0.0}))
+                    "output": 42 + i, "time_s": 0.0}))
 frame(json.dumps({"event": "done"}))
 os._exit(0)
 """
   result = run(pool, body)
   assert result.status == OK, result
-  assert [t.output for t in result.tests] == [42, 42]
+  assert sorted(t.output for t in result.tests) == [42, 43]
+
+
+def test_results_go_to_the_tests_in_the_servers_order():
+  # Positions are the job process's; the server maps them to test indices.
+  results = frames.FunctionResults([2, 0, 1], started=0.0)
+  assert results.running() is None  # the code is loading
+  results.feed({"event": "start"})
+  for position in range(3):
+    assert results.running() == [2, 0, 1][position]
+    results.feed({"event": "result", "test": position, "status": "ok",
+                  "output": position * 10})  # fmt: skip
+  results.feed({"event": "done"})
+  assert [t["output"] for t in results.tests] == [10, 20, 0]
+
+
+@pytest.mark.parametrize(
+  "frame,fragment",
+  [
+    ({"event": "order", "order": [0, 1, 2]}, "unexpected 'order'"),
+    ({"event": "result", "test": 2, "status": "ok", "output": 1}, "test 2"),
+    ({"event": "result", "test": True, "status": "ok"}, "test True"),
+    ({"event": "start"}, "unexpected 'start'"),
+  ],
+)
+def test_an_order_or_a_result_out_of_turn_is_malformed(frame, fragment):
+  results = frames.FunctionResults([2, 0, 1], started=0.0)
+  results.feed({"event": "start"})
+  with pytest.raises(frames.Malformed, match=fragment):
+    results.feed(frame)

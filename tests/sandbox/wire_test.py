@@ -156,3 +156,69 @@ def test_split_frames_keeps_partial_tail():
   assert data == bytearray(b"\x00\x00")
   with pytest.raises(wire.FrameError, match="not JSON"):
     wire.split_frames(bytearray(b"\x00\x00\x00\x01{"), 1000)
+
+
+def _sealed_frames(values) -> list[bytes]:
+  """The frames `sealed()`'s copies write for `values`, as bytes."""
+  encode, write_frame = wire.sealed()
+  r, w = os.pipe()
+  try:
+    for value in values:
+      write_frame(w, {"output": encode(value)})
+    os.close(w)
+    return [wire.read_frame(r) for _ in values]
+  finally:
+    os.close(r)
+
+
+def test_sealed_copies_encode_and_frame_as_the_module_does():
+  values = [*ROUND_TRIP, math.nan, "lone \udc80", -(10**5000)]
+  encode, _ = wire.sealed()
+  for value in values:
+    assert wire.dumps(encode(value)) == wire.dumps(wire.encode(value))
+  expected = [{"output": wire.encode(v)} for v in values]
+  assert wire.dumps(_sealed_frames(values)) == wire.dumps(expected)
+  with pytest.raises(wire.EncodeError, match="bytes is not plain data"):
+    encode([b"x"])
+
+
+def test_sealed_copies_ignore_later_patches():
+  import builtins
+  import json
+
+  values = [{1: {2.5, math.inf}}, (1, [None, "s"]), 10**5000, {"k": [1]}]
+  expected = _sealed_frames(values)
+  encode, write_frame = wire.sealed()
+
+  def forty_two(*args, **kwargs):
+    return 42
+
+  patches = [
+    *((wire, name, forty_two) for name in ("encode", "_encode_float")),
+    *((wire, name, forty_two) for name in ("_sorted_items", "dumps")),
+    (wire, "_INT_LIMIT", 0),
+    (wire, "MAX_DEPTH", -1),
+    (json, "dumps", forty_two),
+    (json.encoder, "c_make_encoder", None),
+    (math, "isfinite", forty_two),
+    (os, "write", forty_two),
+    *((builtins, name, forty_two) for name in ("type", "sorted", "hex")),
+    *((builtins, name, forty_two) for name in ("all", "len", "memoryview")),
+  ]
+  saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+  r, w = os.pipe()
+  # Only the copies run while the patches hold (pytest needs builtins).
+  setattr_ = setattr
+  try:
+    for obj, name, value in patches:
+      setattr_(obj, name, value)
+    for value in values:
+      write_frame(w, {"output": encode(value)})
+  finally:
+    for obj, name, value in saved:
+      setattr_(obj, name, value)
+    os.close(w)
+  try:
+    assert [wire.read_frame(r) for _ in values] == expected
+  finally:
+    os.close(r)

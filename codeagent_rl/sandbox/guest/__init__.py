@@ -38,20 +38,31 @@ Three kinds of process take part:
   installs the seccomp filter (`seccomp.py`: no IPC objects, keyrings or
   memory files that could outlive the job or escape its limits) and runs
   the code in a fresh module. A function job calls the entry point once per
-  test on freshly decoded inputs, in shuffled order, under a SIGALRM timer,
-  and reports each output as tagged plain data on descriptor 3 (the code's
-  top level is bounded by the job-level limit only). A stdio job runs one
-  job process per test, each in a scratch directory of its own.
+  test under a SIGALRM timer and reports each output as tagged plain data
+  on descriptor 3 (the code's top level is bounded by the job-level limit
+  only). A stdio job runs one job process per test, each in a scratch
+  directory of its own.
 
-The job's code can write to descriptor 3 too, so the server takes nothing
-on trust there: frames must come in protocol order
-(`frames.FunctionResults`), outputs must decode as tagged plain data,
-messages are cut and made valid UTF-8, and a test's time is the server's
-own measurement. Anything else is a malformed stream: the job is killed and
-reported as a crash. The server enforces the per-test limit from outside as
-well (a child that ignores SIGALRM is killed; only a result frame starts
-the next test's clock), the job-level limit and the output caps (returned
-data summed over tests). A function job's reply goes out as soon as its
+The job process is the untrusted code's: it can patch any module, builtin
+or function of this package there, so nothing that decides what the host
+sees is left to it. The server draws each job's test order
+(`server.draw_order`): a function job's process gets its tests in that
+order without their indices, and reports them by position; a stdio job's
+runs start in that order, each seeing only its own stdin. The job process
+decodes every test's inputs, and binds everything its test loop calls
+(`wire.sealed` copies of the encoder and frame writer), before it imports
+the code (`child._runner`). And the server takes nothing on trust on
+descriptor 3: frames must come in protocol order (`frames.FunctionResults`:
+an `order` frame is malformed), outputs must decode as tagged plain data,
+statuses come from a fixed set, messages are cut and made valid UTF-8, and
+a test's time is the server's own measurement. Anything else is a
+malformed stream: the job is killed and reported as a crash. So whatever
+the code does in its process changes at most its own outputs and statuses
+(which it could return or cause anyway), or crashes its job. The server
+enforces the per-test limit from outside as well, from its own copy of the
+job (a child that ignores SIGALRM is killed; only a result frame starts the
+next test's clock), the job-level limit and the output caps (returned data
+summed over tests). A function job's reply goes out as soon as its
 last result is in (the job process flushes its streams before it says
 "done"). As the reply goes out, the server asks the zygote for the next
 job's spare (never while a job runs: a fork beside a running job slowed it

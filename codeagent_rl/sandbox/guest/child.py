@@ -4,6 +4,13 @@ A spare is forked by the zygote before its job exists and prepared
 (`_prepare_spare`) while it waits; once its job arrives it drops to the
 untrusted uid, sets rlimits, installs the seccomp filter (`_enter_child`)
 and runs the code, reporting on descriptor 3 (`common.RESULT_FD`).
+
+The code shares this interpreter, so a function job fixes all it reports
+before the code is imported (`_runner`): the tests, in the order the
+server drew and without their indices; their inputs, decoded; and the
+functions that run the tests, encode and write, which look up no name the
+code could patch. A stdio job's process runs the code as `__main__` and
+reports only a MemoryError; the server judges the rest from outside.
 Standard library only (see the package docstring).
 """
 
@@ -12,7 +19,6 @@ import errno
 import io
 import math
 import os
-import random
 import resource
 import signal
 import sys
@@ -22,14 +28,13 @@ from . import common
 from . import seccomp
 from . import wire
 
+# Sealed once, as the server starts (no job has run yet): every job process
+# inherits these copies, which nothing its code patches reaches (`_runner`).
+_ENCODE, _WRITE_FRAME = wire.sealed()
+
 
 class _TestTimeout(BaseException):
   """Raised by the SIGALRM handler inside a child when a test runs too long."""
-
-
-def _on_alarm(signum, frame):
-  del signum, frame
-  raise _TestTimeout()
 
 
 def _close_fds_above(keep: int, proc: str) -> None:
@@ -105,8 +110,8 @@ def _warm_up() -> None:
   try:
     sample = [1, 2.5, "s", None, True, (1,), {2}, {"k": [3]}]
     for _ in range(3):
-      value = wire.decode(wire.encode(sample))
-      wire.write_frame(null, {"event": "result", "output": wire.encode(value)})
+      value = wire.decode(_ENCODE(sample))
+      _WRITE_FRAME(null, {"event": "result", "output": _ENCODE(value)})
     namespace = {"__builtins__": builtins}
     exec(
       compile("def f(a, b):\n  return a + b\n", "warm.py", "exec"), namespace
@@ -114,7 +119,6 @@ def _warm_up() -> None:
     namespace["f"](1, 2)
     signal.setitimer(signal.ITIMER_REAL, 0)
     _describe(ValueError("warm"))
-    random.SystemRandom().shuffle([1, 2, 3])
   finally:
     os.close(null)
 
@@ -161,17 +165,6 @@ def _flush_and_exit(code: int, streams) -> None:
   os._exit(code)
 
 
-def _done(streams) -> None:
-  """Flushes the streams, then says "done": the server replies at once."""
-  for stream in streams:
-    try:
-      stream.flush()
-    except BaseException:
-      pass
-  wire.write_frame(common.RESULT_FD, {"event": "done"})
-  os._exit(0)
-
-
 def _fresh_module(name: str):
   module = type(sys)(name)
   # The builtins module itself, as `__builtins__` is in a `__main__` module
@@ -182,55 +175,139 @@ def _fresh_module(name: str):
   return module
 
 
-def _child_function(job: dict) -> None:
-  """Runs a function job's tests in this process; never returns."""
-  streams = (sys.stdout, sys.stderr)
-  send = wire.write_frame
-  encode = wire.encode
-  tests = job["tests"]
-  signal.signal(signal.SIGALRM, _on_alarm)
-  module = _fresh_module("solution")
+def _decode_inputs(test: dict) -> tuple:
+  """(args, kwargs, None) of one test, or (None, None, (status, error))."""
   try:
-    exec(compile(job["code"], "solution.py", "exec"), module.__dict__)
-    entry = module.__dict__.get(job["entry_point"])
-    if not callable(entry):
-      raise NameError(f"no callable named {job['entry_point']!r}")
-    load_error = None
+    return wire.decode(test["args"]), wire.decode(test["kwargs"]), None
+  except MemoryError:
+    return None, None, ("memory", "MemoryError")
   except BaseException as e:
-    load_error = ("memory" if isinstance(e, MemoryError) else "error", e)
-  order = list(range(len(tests)))
-  if load_error is not None:
-    status, exc = load_error
-    reason = "loading the code failed: " + _describe(exc)
-    send(common.RESULT_FD, {"event": "order", "order": order})
-    for i in order:
-      send(common.RESULT_FD, {"event": "result", "test": i, "status": status,
-                              "error": reason})  # fmt: skip
-    _done(streams)
-  random.SystemRandom().shuffle(order)
-  # The server times each test from the previous result (or from this
-  # frame), so it needs the order but no frame per test start.
-  send(common.RESULT_FD, {"event": "order", "order": order})
-  for i in order:
-    frame = {"event": "result", "test": i}
+    return None, None, ("error", _describe(e))
+
+
+def _decode_all(tests: list) -> tuple:
+  """(position, args, kwargs, failure) per test, each in objects of its own.
+
+  The job process knows a test only by its position in the order the
+  server drew.
+  """
+  return tuple((k, *_decode_inputs(test)) for k, test in enumerate(tests))
+
+
+def _runner(job: dict):
+  """A function job's run, with everything it uses bound now.
+
+  Called before the untrusted code is imported: each test's inputs are
+  decoded here into objects of their own, and the functions defined below
+  read no global or builtin name when they run (steering_test checks their
+  bytecode), so what the code patches in modules, builtins or this package
+  changes nothing they do. The code can still end its own run (exit, write
+  to descriptor 3); the server checks every frame.
+
+  Returns:
+    `run(module)`: runs the job's code in `module`, then its tests, and
+    reports on descriptor 3; never returns.
+  """
+  encode, send = _ENCODE, _WRITE_FRAME
+  fd = common.RESULT_FD
+  limit = job["test_timeout_s"]
+  entry_point = job["entry_point"]
+  missing = f"NameError: no callable named {entry_point!r}"
+  code, unloadable = None, None
+  try:
+    code = compile(job["code"], "solution.py", "exec")
+  except MemoryError:
+    unloadable = ("memory", "loading the code failed: MemoryError")
+  except BaseException as e:  # a SyntaxError, say
+    unloadable = ("error", "loading the code failed: " + _describe(e))
+  run_code, is_callable, kind_of, text = exec, callable, type, str
+  # The code's own exception message may be a str subclass: copy it.
+  name_of, exact = type.__dict__["__qualname__"].__get__, str.__str__
+  setitimer, real = signal.setitimer, signal.ITIMER_REAL
+  on_signal, sigalrm = signal.signal, signal.SIGALRM
+  exit_, flush = os._exit, io.TextIOWrapper.flush
+  streams = (sys.stdout, sys.stderr)
+  timeout_error, memory_error = _TestTimeout, MemoryError
+  base, encode_error = BaseException, wire.EncodeError
+  calls = _decode_all(job["tests"])
+
+  def on_alarm(signum, frame):
+    raise timeout_error()
+
+  def describe(exc) -> str:
+    name = name_of(kind_of(exc))
     try:
-      args = wire.decode(tests[i]["args"])
-      kwargs = wire.decode(tests[i]["kwargs"])
-      signal.setitimer(signal.ITIMER_REAL, job["test_timeout_s"])
-      value = entry(*args, **kwargs)
-      frame.update(status="ok", output=encode(value))
-    except _TestTimeout:
-      frame.update(status="timeout", error="per-test time limit exceeded")
-    except MemoryError:
-      frame.update(status="memory", error="MemoryError")
-    except wire.EncodeError as e:
-      frame.update(status="bad_output", error=f"returned {e}")
-    except BaseException as e:
-      frame.update(status="error", error=_describe(e))
-    finally:
-      signal.setitimer(signal.ITIMER_REAL, 0)
-    send(common.RESULT_FD, frame)
-  _done(streams)
+      message = exact(text(exc))
+    except base:
+      message = "<unprintable>"
+    # The server cuts it to its own limit, with a mark.
+    return (f"{name}: {message}" if message else name)[:2000]
+
+  def done():
+    for stream in streams:
+      try:
+        flush(stream)
+      except base:
+        pass
+    send(fd, {"event": "done"})
+    exit_(0)
+
+  def load(module) -> tuple:
+    """(the entry point, None), or (None, (status, why)) if loading failed."""
+    if unloadable is not None:
+      return None, unloadable
+    try:
+      run_code(code, module.__dict__)
+    except memory_error:
+      return None, ("memory", "loading the code failed: MemoryError")
+    except base as e:
+      return None, ("error", "loading the code failed: " + describe(e))
+    entry = module.__dict__.get(entry_point)
+    if not is_callable(entry):
+      return None, ("error", "loading the code failed: " + missing)
+    return entry, None
+
+  def run(module):
+    on_signal(sigalrm, on_alarm)
+    entry, failed = load(module)
+    # The server times each test from the previous result (or from this
+    # frame), so it needs no frame per test start.
+    send(fd, {"event": "start"})
+    for k, args, kwargs, bad_inputs in calls:
+      frame = {"event": "result", "test": k}
+      if failed is not None or bad_inputs is not None:
+        status, error = failed or bad_inputs
+        frame.update(status=status, error=error)
+        send(fd, frame)
+        continue
+      try:
+        setitimer(real, limit)
+        value = entry(*args, **kwargs)
+        frame.update(status="ok", output=encode(value))
+      except timeout_error:
+        frame.update(status="timeout", error="per-test time limit exceeded")
+      except memory_error:
+        frame.update(status="memory", error="MemoryError")
+      except encode_error as e:
+        frame.update(status="bad_output", error="returned " + text(e))
+      except base as e:
+        frame.update(status="error", error=describe(e))
+      finally:
+        setitimer(real, 0)
+      send(fd, frame)
+    done()
+
+  return run
+
+
+def _child_function(job: dict) -> None:
+  """Runs a function job's tests in this process; never returns.
+
+  The tests come in the order the server drew, without their indices
+  (results name a test by its position), and everything that runs once
+  the code is imported was bound before (`_runner`).
+  """
+  _runner(job)(_fresh_module("solution"))
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -1,11 +1,12 @@
 """The result protocol of a job process, checked; and what a job's run means.
 
-A job process's untrusted code shares its result pipe, so nothing there is
+A job process's untrusted code shares its result pipe (and may have
+patched everything in the process that writes to it), so nothing there is
 taken on trust: `read_frames` accepts only what the protocol allows at that
-point (`FunctionResults` for a function job) and raises `Malformed` for
-anything else. `job_status` and `stdio_status` turn what the server saw of
-a job process (`Capture`) into a status and a reason. Standard library only
-(see the package docstring).
+point (`FunctionResults` for a function job, whose test order the server
+drew) and raises `Malformed` for anything else. `job_status` and
+`stdio_status` turn what the server saw of a job process (`Capture`) into a
+status and a reason. Standard library only (see the package docstring).
 """
 
 import signal
@@ -36,10 +37,14 @@ def _clean_text(text: str, limit: int) -> str:
 class FunctionResults:
   """A function job's result frames, accepted only in the order they come.
 
-  The job process sends `order` (a permutation of the test indices), then
-  one `result` per test in that order, then `done`. Its untrusted code can
-  write to the same descriptor, so anything else is malformed (the server
-  kills the job).
+  The server draws the test order and hands the job process its tests in
+  that order, without their indices, so the order is never the job's to
+  choose or report. The job process sends `start` once its code is loaded,
+  then one `result` per test in the order it got them (`"test"`: the
+  position, 0, 1, ...), then `done`. Its untrusted code can write to the
+  same descriptor, so anything else (an `order` frame, say) is malformed
+  (the server kills the job): tampering with the order can break the job,
+  never reorder its results.
 
   Times are the server's own, at the resolution of its reads of the pipe:
   the results one read brings share evenly the time since the previous
@@ -50,24 +55,26 @@ class FunctionResults:
   process might claim are ignored.
 
   Attributes:
-    order: the test order, once received.
+    order: the test indices in the order they run.
     tests: per test index, the reply entry once its result arrived.
+    started: the job process said its code is loaded.
     done: the job process said "done" after the last result.
     mark: when the last read that brought results happened (or the job
       started): the start of the test that runs now.
   """
 
-  def __init__(self, num_tests: int, started: float):
-    self.order = None
-    self.tests = [None] * num_tests
+  def __init__(self, order: list[int], started: float):
+    self.order = list(order)
+    self.tests = [None] * len(order)
+    self.started = False
     self.done = False
     self.mark = started
     self._received = 0
     self._unstamped = []  # tests whose result came in the current read
 
   def running(self) -> int | None:
-    """The test that runs now (None before the order and after the last)."""
-    if self.order is None or self._received >= len(self.order):
+    """The test that runs now (None before the start and after the last)."""
+    if not self.started or self._received >= len(self.order):
       return None
     return self.order[self._received]
 
@@ -76,27 +83,19 @@ class FunctionResults:
     if not isinstance(frame, dict):
       raise Malformed("a result frame is not an object")
     event = frame.get("event")
-    n = len(self.tests)
     if self.done:
       raise Malformed("a frame after done")
-    if event == "order" and self.order is None:
-      order = frame.get("order")
-      if not (
-        type(order) is list
-        and len(order) == n
-        and all(type(i) is int for i in order)
-        and sorted(order) == list(range(n))
-      ):
-        raise Malformed("the test order is not a permutation of the tests")
-      self.order = order
+    if event == "start" and not self.started:
+      self.started = True
     elif event == "result" and self.running() is not None:
+      position = frame.get("test")
+      if type(position) is not int or position != self._received:
+        raise Malformed(f"a result for test {position!r:.20}")
       index = self.running()
-      if type(frame.get("test")) is not int or frame["test"] != index:
-        raise Malformed(f"a result for test {frame.get('test')!r:.20}")
       self.tests[index] = _test_entry(frame)
       self._unstamped.append(index)
       self._received += 1
-    elif event == "done" and self.order is not None and self.running() is None:
+    elif event == "done" and self.started and self.running() is None:
       self.done = True
     else:
       raise Malformed(f"an unexpected {str(event)[:20]!r} frame")

@@ -7,6 +7,7 @@ protocol). Standard library only.
 import errno
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -19,6 +20,16 @@ from . import processes
 from . import scratch as scratch_lib
 from . import supervise
 from . import wire
+
+# The test order of every job: drawn here, where no job process reaches.
+_RANDOM = random.SystemRandom()
+
+
+def draw_order(num_tests: int) -> list[int]:
+  """A random order of the test indices, from the operating system's RNG."""
+  order = list(range(num_tests))
+  _RANDOM.shuffle(order)
+  return order
 
 
 class ForkServer:
@@ -87,10 +98,10 @@ class ForkServer:
     self._mark("start")
     return pid, fds
 
-  def _supervise(self, job, pid, fds, job_deadline, budget, stdio):
+  def _supervise(self, job, pid, fds, job_deadline, budget, order):
     """Watches a job process (`supervise.Supervision`); returns its capture."""
     watch = supervise.Supervision(
-      self.procs, self._mark, job, pid, fds, job_deadline, budget, stdio
+      self.procs, self._mark, job, pid, fds, job_deadline, budget, order
     )
     cap = watch.run()
     self.clean &= watch.clean
@@ -121,9 +132,14 @@ class ForkServer:
     return reply
 
   def _run_function(self, job, scratch, job_deadline, budget) -> dict:
-    message = {"job": job, "scratch": scratch, "stdin": None}
+    # The job process gets the tests in the order they run and never their
+    # indices: its code can neither choose the order nor tell which test
+    # (of which suite) it is called on but by the inputs themselves.
+    order = draw_order(len(job["tests"]))
+    unit = dict(job, tests=[job["tests"][i] for i in order])
+    message = {"job": unit, "scratch": scratch, "stdin": None}
     pid, fds = self._start(message)
-    cap = self._supervise(job, pid, fds, job_deadline, budget, stdio=False)
+    cap = self._supervise(job, pid, fds, job_deadline, budget, order)
     results = cap.results
     tests = list(results.tests)
     if cap.killed == "timeout" and cap.in_test is not None:
@@ -150,16 +166,19 @@ class ForkServer:
     }
 
   def _run_stdio(self, job, scratch, job_deadline, budget) -> dict:
-    tests, stderrs = [], []
-    exit_code = None
+    # One job process per test, in an order drawn here: a run sees its own
+    # stdin and the code, nothing of the other runs, and cannot tell when
+    # it runs (its pid, the clock) from which test it is.
+    num_tests = len(job["tests"])
+    tests, stderrs = [None] * num_tests, [b""] * num_tests
     killed = None
-    for index, test in enumerate(job["tests"]):
+    for position, index in enumerate(draw_order(num_tests)):
       if killed is not None or time.monotonic() >= job_deadline:
-        tests.append({"status": "not_run", "stdout": "", "exit_code": None,
-                      "error": "not run: the job stopped first"})  # fmt: skip
+        tests[index] = {"status": "not_run", "stdout": "", "exit_code": None,
+                        "error": "not run: the job stopped first"}  # fmt: skip
         continue
       started = time.monotonic()
-      if index:
+      if position:
         # Each run gets a scratch directory of its own (the last run's
         # processes are dead): nothing a run wrote, its stdin say, is
         # there for the next one.
@@ -169,26 +188,25 @@ class ForkServer:
         scratch = self.scratch.take()
       # Each run gets the code and its own stdin, not the other tests'.
       unit = dict(job, tests=[])
-      message = {"job": unit, "scratch": scratch, "stdin": test["stdin"]}
-      more = index + 1 < len(job["tests"])
+      stdin = job["tests"][index]["stdin"]
+      message = {"job": unit, "scratch": scratch, "stdin": stdin}
+      more = position + 1 < num_tests
       pid, fds = self._start(message, more)
-      cap = self._supervise(job, pid, fds, job_deadline, budget, stdio=True)
+      cap = self._supervise(job, pid, fds, job_deadline, budget, None)
       for name in ("stdout", "stderr"):
         budget[name] -= len(getattr(cap, name))
-      stderrs.append(cap.stderr)
+      stderrs[index] = cap.stderr
       status, error = frames.stdio_status(cap)
       if cap.killed is not None:
         killed = cap.killed
-      if exit_code in (None, 0):
-        exit_code = cap.exit_code
-      tests.append({
+      tests[index] = {
         "status": status,
         "stdout": common.text(cap.stdout, job["max_output_bytes"]),
         "exit_code": cap.exit_code,
         "error": error,
         "time_s": time.monotonic() - started,
-      })  # fmt: skip
-    return _stdio_reply(job, tests, stderrs, exit_code)
+      }  # fmt: skip
+    return _stdio_reply(job, tests, stderrs)
 
   def _refuse(self, job) -> dict:
     """The reply to a job that arrives after a failed clean-up."""
@@ -243,8 +261,16 @@ class ForkServer:
     self.procs.kill_job_processes(None)
 
 
-def _stdio_reply(job, tests, stderrs, exit_code) -> dict:
-  """A stdio job's reply: its status is its worst test's."""
+def _stdio_reply(job, tests, stderrs) -> dict:
+  """A stdio job's reply: its status is its worst test's.
+
+  Its exit code is the first non-zero one in test order (else the last run
+  test's); its stderr, the runs' joined in test order.
+  """
+  exit_code = None
+  for test in tests:
+    if test["status"] != "not_run" and exit_code in (None, 0):
+      exit_code = test["exit_code"]
   statuses = [t["status"] for t in tests]
   status, reason = "ok", ""
   for name, job_status in (

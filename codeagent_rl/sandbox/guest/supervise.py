@@ -44,7 +44,7 @@ class Supervision:
       "done" and is not killed yet (the server kills it after the reply).
   """
 
-  def __init__(self, procs, mark, job, pid, fds, job_deadline, budget, stdio):
+  def __init__(self, procs, mark, job, pid, fds, job_deadline, budget, order):
     """Starts watching; `run` does the work.
 
     Args:
@@ -55,8 +55,8 @@ class Supervision:
       fds: its [out_r, err_r, res_r].
       job_deadline: when the whole job must be over (monotonic clock).
       budget: bytes left per stream ("stdout", "stderr", "result").
-      stdio: a stdio job's run (no timer of ours inside), else a function
-        job.
+      order: a function job's test order (`frames.FunctionResults`); None
+        for a stdio job's run (no timer of ours inside).
     """
     self.procs = procs
     self.mark = mark
@@ -78,10 +78,12 @@ class Supervision:
     self.open_fds = set(fds)
     # A function child stops itself at its SIGALRM; a stdio program has no
     # timer of ours inside, so the limit is enforced from here exactly.
+    # Both come from the server's copy of the job, out of the job's reach.
+    stdio = order is None
     self.test_limit = job["test_timeout_s"] + (0.0 if stdio else _GRACE_S)
     self.test_deadline = time.monotonic() + self.test_limit if stdio else None
     if not stdio:
-      cap.results = frames.FunctionResults(len(job["tests"]), time.monotonic())
+      cap.results = frames.FunctionResults(order, time.monotonic())
     self.exited = False
     # Exits are looked for only when the zygote reports one or nothing
     # arrived (two system calls saved per result frame).
