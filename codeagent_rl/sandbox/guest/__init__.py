@@ -60,20 +60,22 @@ malformed stream: the job is killed and reported as a crash. So whatever
 the code does in its process changes at most its own outputs and statuses
 (which it could return or cause anyway), or crashes its job. The server
 enforces the per-test limit from outside as well, from its own copy of the
-job (a child that ignores SIGALRM is killed; only a result frame starts the
-next test's clock), the job-level limit and the output caps (returned data
-summed over tests). A function job's reply goes out as soon as its
-last result is in (the job process flushes its streams before it says
-"done"). As the reply goes out, the server asks the zygote for the next
-job's spare (never while a job runs: a fork beside a running job slowed it
-down), so a job that does not follow another at once finds a forked,
-warmed-up process waiting. Then, before it reads the next job, the server
-kills every remaining process of the job (`processes.py`; in a sandbox:
-every process but itself, the zygote and the spares, which are root and out
-of the job's reach), empties the scratch area and makes the next job's
-directory (`scratch.py`); the next job starts once the zygote has reaped
-the last one. If that clean-up fails, the next job is refused (`"refused":
-true`, nothing of it ran) and the host replaces the sandbox.
+job (a child that ignores SIGALRM is killed; only the start frame or a
+result frame starts the next test's clock), the job-level limit and the
+output caps (returned data summed over tests).
+
+A function job's reply goes out as soon as its last result is in (the job
+process flushes its streams before it says "done"). As the reply goes out,
+the server asks the zygote for the next job's spare (never while a job runs:
+a fork beside a running job slowed it down), so a job that does not follow
+another at once finds a forked, warmed-up process waiting. Then, before it
+reads the next job, the server kills every remaining process of the job
+(`processes.py`; in a sandbox: every process but itself, the zygote and the
+spares, which are root and out of the job's reach), empties the scratch area
+and makes the next job's directory (`scratch.py`); the next job starts once
+the zygote has reaped the last one. If that clean-up fails, the next job is
+refused (`"refused": true`, nothing of it ran) and the host replaces the
+sandbox.
 
 Nothing here decides whether an output is right: expected values never
 reach this process.
