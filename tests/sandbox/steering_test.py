@@ -239,6 +239,17 @@ _keys = sorted({k for job in _jobs for k in job} | {
   assert "order" not in keys, keys
 
 
+def test_stdio_runs_start_in_a_drawn_order(pool):
+  # Each run is a new process: pids grow in the order the runs started.
+  stdins = [str(i) for i in range(N)]
+  job = jobs.Job.program("import os\nprint(os.getpid())\n", stdins)
+  result = pool.run(job)
+  assert result.status == OK, result
+  pids = [int(t.stdout) for t in result.tests]
+  order = sorted(range(N), key=pids.__getitem__)
+  assert order not in (list(range(N)), list(range(N))[::-1]), pids
+
+
 def test_the_per_test_limit_is_the_servers(pool):
   # The code lifts the limit in its own copy of the job, stops the timer
   # and ignores SIGALRM: the server still ends the test at its limit.

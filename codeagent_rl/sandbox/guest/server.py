@@ -166,9 +166,9 @@ class ForkServer:
     }
 
   def _run_stdio(self, job, scratch, job_deadline, budget) -> dict:
-    # One job process per test, in an order drawn here: a run sees its own
-    # stdin and the code, nothing of the other runs, and cannot tell when
-    # it runs (its pid, the clock) from which test it is.
+    # One job process per test, in an order drawn here: a run sees the code
+    # and its own stdin, nothing of the other runs, and when it runs (its
+    # pid, the clock) says nothing of which test it is.
     num_tests = len(job["tests"])
     tests, stderrs = [None] * num_tests, [b""] * num_tests
     killed = None
