@@ -332,7 +332,7 @@ def test_no_suite_test_equals_a_visible_test_at_the_tiny_preset():
   # Nothing had to be dropped, and every suite keeps its promised size,
   # two distinct expected values and a reference that passes it.
   replaced = sum(t.metadata["public_tests_replaced"] for t in tasks)
-  assert replaced > 10_000  # 10,657 measured: sign, clamp and piecewise
+  assert replaced > 10_000  # 10,657 measured, most of sign, clamp, piecewise
   assert sum(t.metadata["public_tests_dropped"] for t in tasks) == 0
   for t in tasks:
     assert synthetic.NUM_HIDDEN[0] <= len(t.hidden_tests)
@@ -349,7 +349,7 @@ def test_no_suite_test_equals_a_visible_test_at_the_tiny_preset():
 
 
 def _sign_task():
-  """A level-1 sign task, alone in its set, and its hidden tests' keys."""
+  """The config of one level-1 sign task, and the task."""
   config = _config(
     num_tasks=1, families=("sign",), difficulty_weights=(1, 0, 0)
   )
@@ -374,7 +374,7 @@ def test_public_tasks_are_avoided_too():
   assert _count_public([alone], shown=[_covering(task)]) == 0
   assert alone.metadata["public_tests_replaced"] > 0
   assert alone.metadata["public_tests_dropped"] == 0
-  # What stays is beyond `sample`'s range, or one of the family's edges.
+  # Every suite test is now beyond `sample`'s range (edges such as 100).
   for x in (*alone.hidden_tests, *alone.heldout_tests):
     assert not -15 <= x["args"][0] <= 15, x
 
@@ -386,8 +386,7 @@ def test_drops_what_the_family_cannot_replace(monkeypatch):
     synthetic.FAMILIES, "sign", dataclasses.replace(sign, spare=None)
   )
   monkeypatch.setattr(synthetic, "MIN_HELDOUT", 2)
-  keep = [x for x in task.hidden_tests]
-  public = [_covering(task, keep=keep)]
+  public = [_covering(task, keep=task.hidden_tests)]
   (((alone,), _),) = synthetic.generate_sets([config], public=public)
   assert alone.hidden_tests == task.hidden_tests
   in_range = [x for x in task.heldout_tests if -15 <= x["args"][0] <= 15]
