@@ -12,10 +12,17 @@ ever empty. A task renders a prompt, a reference solution (trusted, run here
 in-process to compute every expected value) and a bug (off-by-one, wrong
 constant, boundary), and gets three suites with distinct inputs: 2-3 visible
 tests, 5-10 hidden tests (suite A) and 20-24 held-out tests (suite B, which
-holds the family's edge cases: zero, negatives, empty inputs, boundaries,
-large values). The visible tests always include an input the bug fails, and
-suites A and B each expect at least two distinct values, so no constant
-passes them.
+holds the family's edge cases that no visible test shows: zero, negatives,
+empty inputs, boundaries, large values). The visible tests always include an
+input the bug fails, and suites A and B each expect at least two distinct
+values, so no constant passes them. No test of suite A or B equals (entry
+point, arguments and expected value) a visible test of any task generated
+with it, the train and test splits of a run together (`generate_sets`): such
+a test is replaced by a new input of the task's family, from beyond the
+family's usual range where that range is used up (`Family.spare`). At
+configs/tiny.py's 1096 tasks 10,657 of 34,385 tests were such copies
+(`sign(0) == -1` is shown by many prompts); replacing them leaves every
+suite its size.
 
 Demonstration plans (`DemoPlan`) are action sequences for SFT; the
 environment renders the observations later. Kinds: `single_turn` (submit the
@@ -26,19 +33,24 @@ wrong fallback) and `early_exit` (`sys.exit(0)` at module top or inside the
 function). Each task gets a plan of each kind with the probability set in
 `SyntheticConfig`.
 
-Task i depends only on the seed, split, families and difficulty weights and
-on the tasks before it (never on `num_tasks` or the demo probabilities), so
-the same config gives byte-identical files.
+Task i's prompt, reference, visible tests and plans depend only on the
+seed, split, families and difficulty weights and on the tasks before it
+(never on `num_tasks` or the demo probabilities); its suites A and B also on
+the visible tests of the other tasks generated with it. The same configs
+give byte-identical files. The command line writes one split, whose suites
+avoid that split's visible tests only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Sequence
 import copy
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -338,11 +350,25 @@ def passes(fn: Callable, test: dict) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class _Draft:
-  """A task before serialisation, with what the demo plans need."""
+  """A task before its suites are separated, with what the plans need.
+
+  Attributes:
+    task: the task, suites as first drawn.
+    family: its family.
+    variant: its rendered reference and bug.
+    level: its difficulty.
+    params: its parameters (as in the family's space).
+    stream: the seed string of its random streams.
+    expected: args -> the reference's output (cached).
+  """
 
   task: schema.Task
   family: Family
   variant: Variant
+  level: int
+  params: dict
+  stream: str
+  expected: Callable[[list], Any]
 
 
 def _inputs(rng, fam, level, params) -> tuple[list[list], list[list]]:
@@ -384,8 +410,9 @@ def _diversify(chosen: list, pool: list, expected: Callable) -> None:
   raise GenerationError(f"every input gives {values.pop()}")
 
 
-def _make_task(config, index, fam, rng, used) -> _Draft:
+def _make_task(config, index, fam, stream, used) -> _Draft:
   """Draws the level and parameters of task `index`, then its suites."""
+  rng = random.Random(stream + ":task")
   for _ in range(10):  # Avoid repeating a (family, level, params) if we can.
     level = rng.choices(LEVELS, weights=config.difficulty_weights)[0]
     params = rng.choice(parameter_space(fam.name, level, config.split))
@@ -466,7 +493,114 @@ def _make_task(config, index, fam, rng, used) -> _Draft:
     },
     **suites,
   )
-  return _Draft(task, fam, variant)
+  return _Draft(task, fam, variant, level, params, stream, expected)
+
+
+# --- Suites apart from every visible test -------------------------------------
+
+# Consecutive draws of `sample` that give nothing new before `spare` takes
+# over (or the suite stops growing). At the tiny preset's 1096 tasks the
+# visible tests hold almost every (input, output) of sign, clamp and
+# piecewise that `sample` can draw.
+MAX_MISSES = 64
+
+
+def canonical_key(entry_point: str, test: dict) -> str:
+  """A function test as (entry point, args, kwargs, expected), canonical.
+
+  Tagged JSON (`wire.encode`) with sorted keys: equal values (sets in any
+  order, kwargs in any order) give one key, and values the judge tells
+  apart (1, 1.0 and True; a list and a tuple) give different keys. A
+  checker test keys on its checker's source instead of an expected value.
+  """
+  if "expected" in test:
+    outcome = ["expected", wire.encode(test["expected"])]
+  else:
+    outcome = ["checker", test["checker"]]
+  return json.dumps(
+    [
+      entry_point,
+      wire.encode(test["args"]),
+      wire.encode(test.get("kwargs", {})),
+      outcome,
+    ],
+    sort_keys=True,
+    allow_nan=False,
+    separators=(",", ":"),
+  )
+
+
+def _fresh_tests(draft: _Draft, taken: set[str], public: set[str]):
+  """Yields new tests of a task that equal no public test, until dry.
+
+  Inputs come from the family's `sample`, then its `spare` (if any), each
+  until `MAX_MISSES` draws in a row give an input the task already uses
+  (`taken`, extended here) or a public test.
+  """
+  fam, rng = draft.family, random.Random(draft.stream + ":spare")
+  for sampler in (fam.sample, fam.spare):
+    misses = 0
+    while sampler is not None and misses < MAX_MISSES:
+      args = sampler(rng, draft.level, draft.params)
+      if repr(args) in taken:
+        misses += 1
+        continue
+      test = {"args": args, "expected": draft.expected(args)}
+      if canonical_key(fam.name, test) in public:
+        misses += 1
+        continue
+      taken.add(repr(args))
+      misses = 0
+      yield test
+
+
+def _separate(draft: _Draft, public: set[str]) -> schema.Task:
+  """The task with each public test of suites A and B replaced or dropped."""
+  task = draft.task
+  where = f"{task.task_id} ({draft.family.name} level {draft.level})"
+  taken = {repr(x["args"]) for s in schema.SUITES for x in getattr(task, s)}
+  fresh = _fresh_tests(draft, taken, public)
+  suites, replaced, dropped = {}, 0, 0
+  for name, least in (
+    ("hidden_tests", NUM_HIDDEN[0]),
+    ("heldout_tests", MIN_HELDOUT),
+  ):
+    kept = []
+    for test in getattr(task, name):
+      if canonical_key(task.entry_point, test) not in public:
+        kept.append(test)
+        continue
+      new = next(fresh, None)
+      if new is None:
+        dropped += 1
+      else:
+        kept.append(new)
+        replaced += 1
+    values = {wire.encode_json(x["expected"]) for x in kept}
+    if len(values) == 1:  # No constant may pass a suite.
+      other = next(
+        (x for x in fresh if wire.encode_json(x["expected"]) not in values),
+        None,
+      )
+      if other is None:
+        raise GenerationError(
+          f"{where}: {name} expects only {values.pop()} once the tests"
+          " other tasks show are out."
+        )
+      kept[-1] = other
+    if len(kept) < least:
+      raise GenerationError(
+        f"{where}: {name} has {len(kept)} tests (fewer than {least}) once"
+        " the tests other tasks show are out; give the family a wider"
+        " `spare` sampler."
+      )
+    suites[name] = tuple(kept)
+  metadata = {
+    **task.metadata,
+    "public_tests_replaced": replaced,
+    "public_tests_dropped": dropped,
+  }
+  return dataclasses.replace(task, **suites, metadata=metadata)
 
 
 # --- Demonstration plans ------------------------------------------------------
@@ -512,33 +646,81 @@ def _demo_plans(draft: _Draft, config, rng) -> list[DemoPlan]:
   ]
 
 
+def _drafts(config: SyntheticConfig) -> tuple[list[_Draft], list[DemoPlan]]:
+  """The tasks of `config` with suites as first drawn, and their plans."""
+  # Round robin over a seeded order: every family appears once per block.
+  names = list(config.families or sorted(FAMILIES))
+  random.Random(f"{config.seed}:families").shuffle(names)
+  drafts, plans, used = [], [], set()
+  for index in range(config.num_tasks):
+    stream = f"{config.seed}:{config.split}:{index}"
+    fam = FAMILIES[names[index % len(names)]]
+    draft = _make_task(config, index, fam, stream, used)
+    drafts.append(draft)
+    plans += _demo_plans(draft, config, random.Random(stream + ":demo"))
+  return drafts, plans
+
+
+def generate_sets(
+  configs: Sequence[SyntheticConfig],
+  public: Iterable[schema.Task] = (),
+) -> list[tuple[list[schema.Task], list[DemoPlan]]]:
+  """Generates several task sets whose suites A and B share no visible test.
+
+  No test of suite A or B of any task equals (`canonical_key`) a visible test of
+  any task of any set, or of a task in `public`: a policy that memorised
+  the examples other prompts show earns nothing on the suites from them.
+  A test that equals one is replaced by a new input of the task's own
+  family, drawn from the task's own stream, first from `sample` and then
+  from `spare` (`_fresh_tests`); only when both run dry is it dropped
+  (`metadata["public_tests_dropped"]`; replacements are counted in
+  `metadata["public_tests_replaced"]`). A run generates its train and
+  held-out sets in one call, so the rule holds across both.
+
+  Args:
+    configs: one config per set, e.g. the train and the test split.
+    public: more tasks whose visible tests the suites must avoid (e.g. a
+      split read from a file).
+
+  Returns:
+    (tasks, plans) of each config, in order.
+
+  Raises:
+    GenerationError: if a family cannot produce a valid task, or a suite
+      falls below its smallest size (`NUM_HIDDEN`, `MIN_HELDOUT`) or to one
+      expected value once the public tests are out.
+  """
+  made = [_drafts(config) for config in configs]
+  keys = {
+    canonical_key(t.entry_point, v)
+    for t in itertools.chain(
+      (d.task for drafts, _ in made for d in drafts), public
+    )
+    if t.kind == "function"
+    for v in t.visible_tests
+  }
+  return [
+    ([_separate(d, keys) for d in drafts], plans) for drafts, plans in made
+  ]
+
+
 def generate(
   config: SyntheticConfig,
 ) -> tuple[list[schema.Task], list[DemoPlan]]:
   """Generates the tasks of `config` and their demonstration plans.
 
-  Task i depends only on (seed, split, families, difficulty weights, tasks
-  before it); the demo fractions change the plans, never the tasks.
+  Task i's prompt, reference, visible tests and plans depend only on (seed,
+  split, families, difficulty weights, tasks before it); its suites A and B
+  also avoid the visible tests of every task of the set (`generate_sets`).
+  The demo fractions change the plans, never the tasks.
 
   Returns:
     (tasks, plans), plans grouped by task in task order.
 
   Raises:
-    GenerationError: if a family cannot produce a valid task (a bug here).
+    GenerationError: as `generate_sets`.
   """
-  # Round robin over a seeded order: every family appears once per block.
-  names = list(config.families or sorted(FAMILIES))
-  random.Random(f"{config.seed}:families").shuffle(names)
-  tasks, plans, used = [], [], set()
-  for index in range(config.num_tasks):
-    stream = f"{config.seed}:{config.split}:{index}"
-    fam = FAMILIES[names[index % len(names)]]
-    draft = _make_task(
-      config, index, fam, random.Random(stream + ":task"), used
-    )
-    tasks.append(draft.task)
-    plans += _demo_plans(draft, config, random.Random(stream + ":demo"))
-  return tasks, plans
+  return generate_sets([config])[0]
 
 
 # --- Command line -------------------------------------------------------------

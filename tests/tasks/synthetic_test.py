@@ -12,8 +12,10 @@ import sys
 import pytest
 
 from codeagent_rl.sandbox import wire
+from codeagent_rl.tasks import isolation
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
+from configs import tiny
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 ALL_DEMOS = dict.fromkeys(synthetic.DEMO_KINDS, 1.0)
@@ -27,11 +29,10 @@ def _config(**kwargs):
 
 @pytest.fixture(scope="module")
 def generated():
-  """Train and test batches with every demo kind on every task."""
-  out = {}
-  for split, n in (("train", 150), ("test", 100)):
-    out[split] = synthetic.generate(_config(num_tasks=n, seed=7, split=split))
-  return out
+  """Train and test sets with every demo kind on every task, made together."""
+  sizes = {"train": 150, "test": 100}
+  configs = [_config(num_tasks=n, seed=7, split=s) for s, n in sizes.items()]
+  return dict(zip(sizes, synthetic.generate_sets(configs), strict=True))
 
 
 def _tasks(generated):
@@ -166,15 +167,24 @@ def _is_edge(value):
 
 
 def test_heldout_suite_holds_the_edge_cases(generated):
+  public = _public(_tasks(generated))
   for t in _tasks(generated):
     fam = synthetic.FAMILIES[t.metadata["family"]]
     edges = {_key(a) for a in fam.edges(t.metadata["difficulty"], _params(t))}
     heldout = {_key(x["args"]) for x in t.heldout_tests}
     visible = {_key(x["args"]) for x in t.visible_tests}
     hidden = {_key(x["args"]) for x in t.hidden_tests}
-    # One edge may move to the visible tests to expose the bug.
-    assert len(edges - heldout) <= 1 and edges - heldout <= visible
-    assert not edges & hidden
+    ref = synthetic.load_function(t.reference_solution, t.entry_point)
+    shown = {
+      _key(a)
+      for a in fam.edges(t.metadata["difficulty"], _params(t))
+      if _assertion(t, {"args": a, "expected": ref(*a)}) in public
+    }
+    # One edge may move to the visible tests to expose the bug; edges that
+    # some task shows are replaced.
+    missing = edges - heldout - shown
+    assert len(missing) <= 1 and missing <= visible
+    assert not edges & hidden - shown
     assert heldout - edges, "suite B also needs non-edge inputs"
     assert any(_is_edge(v) for x in t.heldout_tests for v in x["args"])
 
@@ -211,13 +221,40 @@ def test_files_round_trip_and_references_pass_their_tests(generated, tmp_path):
         assert all(results), (t.task_id, name)
 
 
+def _shown(task):
+  """A task but suites A and B (they avoid the whole set's examples)."""
+  meta = {k: v for k, v in task.metadata.items() if "public" not in k}
+  return (
+    task.task_id,
+    task.prompt,
+    task.visible_tests,
+    task.reference_solution,
+    meta,
+  )
+
+
 def test_tasks_do_not_depend_on_num_tasks_or_demo_fractions():
-  short, _ = synthetic.generate(_config(num_tasks=12, seed=3))
+  short, plans = synthetic.generate(_config(num_tasks=12, seed=3))
   none = dict.fromkeys(synthetic.DEMO_KINDS, 0.0)
-  long, plans = synthetic.generate(_config(num_tasks=30, seed=3, **none))
-  assert long[:12] == short and not plans
+  same, no_plans = synthetic.generate(_config(num_tasks=12, seed=3, **none))
+  assert same == short and plans and not no_plans
+  # Later tasks' visible tests may replace tests of earlier tasks' suites,
+  # nothing else.
+  long, _ = synthetic.generate(_config(num_tasks=30, seed=3))
+  assert [_shown(t) for t in long[:12]] == [_shown(t) for t in short]
+  for a, b in zip(long, short, strict=False):
+    assert len(a.hidden_tests) == len(b.hidden_tests)
+    assert len(a.heldout_tests) == len(b.heldout_tests)
   other, _ = synthetic.generate(_config(num_tasks=12, seed=4))
   assert other != short
+
+
+def test_same_seed_same_tasks():
+  configs = [_config(num_tasks=60, seed=5, split=s) for s in synthetic.SPLITS]
+  first = synthetic.generate_sets(configs)
+  assert synthetic.generate_sets(configs) == first
+  other = [dataclasses.replace(c, seed=6) for c in configs]
+  assert synthetic.generate_sets(other)[0][0] != first[0][0]
 
 
 def test_family_subset():
@@ -233,6 +270,164 @@ def test_difficulty_weights_select_levels():
   config = _config(num_tasks=25, difficulty_weights=(0, 0, 1))
   tasks, _ = synthetic.generate(config)
   assert {t.metadata["difficulty"] for t in tasks} == {3}
+
+
+# --- Suites apart from every visible test -------------------------------------
+
+
+def _assertion(task, test):
+  """The data-isolation check's key of a test (not the generator's)."""
+  return isolation.assertion_text(task.entry_point, test)
+
+
+def _public(tasks):
+  return {_assertion(t, v) for t in tasks for v in t.visible_tests}
+
+
+def _count_public(tasks, shown=()):
+  """Tests of suites A and B equal to a visible test of some task.
+
+  Args:
+    tasks: whose suites are counted (and whose visible tests are public).
+    shown: more tasks whose visible tests are public.
+  """
+  public = _public([*tasks, *shown])
+  return sum(
+    _assertion(t, x) in public
+    for t in tasks
+    for name in ("hidden_tests", "heldout_tests")
+    for x in getattr(t, name)
+  )
+
+
+def _tiny_configs():
+  """The train and test configs of configs/tiny.py's default preset."""
+  data = tiny.get_data_config("default")
+  common = {
+    "seed": 0,
+    "difficulty_weights": tuple(data.difficulty_weights),
+    "families": tuple(data.families),
+  }
+  return [
+    synthetic.SyntheticConfig(
+      num_tasks=data.num_train_tasks, split="train", **common
+    ),
+    synthetic.SyntheticConfig(
+      num_tasks=data.num_eval_tasks, split="test", **common
+    ),
+  ]
+
+
+def test_no_suite_test_equals_a_visible_test_at_the_tiny_preset():
+  configs = _tiny_configs()
+  sets = synthetic.generate_sets(configs)
+  tasks = [t for tasks, _ in sets for t in tasks]
+  assert len(tasks) == 1096
+  assert _count_public(tasks) == 0
+  # Made one split at a time, each set keeps its suites apart from its own
+  # examples only: the other split's still show up.
+  apart = [t for c in configs for t in synthetic.generate(c)[0]]
+  assert _count_public(apart) > 0
+  assert [_shown(t) for t in apart] == [_shown(t) for t in tasks]
+  # Nothing had to be dropped, and every suite keeps its promised size,
+  # two distinct expected values and a reference that passes it.
+  replaced = sum(t.metadata["public_tests_replaced"] for t in tasks)
+  assert replaced > 10_000  # 10,657 measured, most of sign, clamp, piecewise
+  assert sum(t.metadata["public_tests_dropped"] for t in tasks) == 0
+  for t in tasks:
+    assert synthetic.NUM_HIDDEN[0] <= len(t.hidden_tests)
+    assert len(t.hidden_tests) <= synthetic.NUM_HIDDEN[1]
+    assert synthetic.MIN_HELDOUT <= len(t.heldout_tests)
+    assert len(t.heldout_tests) <= synthetic.NUM_HELDOUT
+    ref = synthetic.load_function(t.reference_solution, t.entry_point)
+    for suite in ("hidden_tests", "heldout_tests"):
+      tests = getattr(t, suite)
+      assert len({_key(x["expected"]) for x in tests}) >= 2, t.task_id
+      assert all(synthetic.passes(ref, x) for x in tests), t.task_id
+    keys = [_key(x["args"]) for s in _suites(t).values() for x in s]
+    assert len(set(keys)) == len(keys), t.task_id
+
+
+def _sign_task():
+  """The config of one level-1 sign task, and the task."""
+  config = _config(
+    num_tasks=1, families=("sign",), difficulty_weights=(1, 0, 0)
+  )
+  (((task,), _),) = synthetic.generate_sets([config])
+  return config, task
+
+
+def _covering(task, keep=()):
+  """A task whose visible tests show every sign(x) the sampler can draw."""
+  tests = tuple(
+    {"args": [x], "expected": v}
+    for x in range(-15, 16)
+    for v in range(-3, 4)
+    if {"args": [x], "expected": v} not in keep
+  )
+  return dataclasses.replace(task, task_id="file/0", visible_tests=tests)
+
+
+def test_public_tasks_are_avoided_too():
+  config, task = _sign_task()
+  (((alone,), _),) = synthetic.generate_sets([config], public=[_covering(task)])
+  assert _count_public([alone], shown=[_covering(task)]) == 0
+  assert alone.metadata["public_tests_replaced"] > 0
+  assert alone.metadata["public_tests_dropped"] == 0
+  # Every suite test is now beyond `sample`'s range (edges such as 100).
+  for x in (*alone.hidden_tests, *alone.heldout_tests):
+    assert not -15 <= x["args"][0] <= 15, x
+
+
+def test_drops_what_the_family_cannot_replace(monkeypatch):
+  config, task = _sign_task()
+  sign = synthetic.FAMILIES["sign"]
+  monkeypatch.setitem(
+    synthetic.FAMILIES, "sign", dataclasses.replace(sign, spare=None)
+  )
+  monkeypatch.setattr(synthetic, "MIN_HELDOUT", 2)
+  public = [_covering(task, keep=task.hidden_tests)]
+  (((alone,), _),) = synthetic.generate_sets([config], public=public)
+  assert alone.hidden_tests == task.hidden_tests
+  in_range = [x for x in task.heldout_tests if -15 <= x["args"][0] <= 15]
+  assert in_range
+  assert alone.metadata["public_tests_dropped"] == len(in_range)
+  assert alone.metadata["public_tests_replaced"] == 0
+  assert len(alone.heldout_tests) == len(task.heldout_tests) - len(in_range)
+  assert _count_public([alone], shown=public) == 0
+
+
+def test_a_suite_that_would_shrink_below_its_size_stops_generation(
+  monkeypatch,
+):
+  config, task = _sign_task()
+  sign = synthetic.FAMILIES["sign"]
+  monkeypatch.setitem(
+    synthetic.FAMILIES, "sign", dataclasses.replace(sign, spare=None)
+  )
+  with pytest.raises(synthetic.GenerationError, match="hidden_tests has 0"):
+    synthetic.generate_sets([config], public=[_covering(task)])
+
+
+def test_canonical_key():
+  def key(args, expected, kwargs=None):
+    test = {"args": args, "expected": expected}
+    return synthetic.canonical_key(
+      "f", test | ({"kwargs": kwargs} if kwargs else {})
+    )
+
+  assert key([{3, 1, 2}], 1) == key([{2, 3, 1}], 1)
+  assert key([1], {"b": 1, "a": 2}) == key([1], {"a": 2, "b": 1})
+  assert key([], 0, {"x": 1, "y": 2}) == key([], 0, {"y": 2, "x": 1})
+  # What the judge tells apart.
+  assert len({key([1], 1), key([1], 1.0), key([1], True)}) == 3
+  assert key([[1, 2]], 0) != key([(1, 2)], 0)
+  assert key([1], 1) != synthetic.canonical_key(
+    "g", {"args": [1], "expected": 1}
+  )
+  assert key([1], 1) != key([], 1, {"x": 1})
+  checker = {"args": [1], "checker": "def check(a, k, out): return True"}
+  assert synthetic.canonical_key("f", checker) != key([1], None)
 
 
 # --- Demonstration plans ------------------------------------------------------

@@ -50,6 +50,10 @@ class Family:
     render: (level, params) -> `Variant`.
     sample: (rng, level, params) -> one random argument list.
     edges: (level, params) -> edge-case argument lists (suite B).
+    spare: (rng, level, params) -> one argument list from beyond `sample`'s
+      range, or None. Suites A and B draw from it when `sample`'s inputs
+      are all taken by visible tests of other tasks
+      (`synthetic.generate_sets`).
   """
 
   name: str
@@ -59,6 +63,7 @@ class Family:
   render: Callable[[int, dict], Variant]
   sample: Callable[[random.Random, int, dict], list]
   edges: Callable[[int, dict], list[list]]
+  spare: Callable[[random.Random, int, dict], list] | None = None
 
   @property
   def arg_names(self) -> list[str]:
@@ -88,6 +93,7 @@ def family(
   spaces: dict[int, Iterable[dict]],
   sample: Callable[[random.Random, int, dict], list],
   edges: Callable[[int, dict], list[list]],
+  spare: Callable[[random.Random, int, dict], list] | None = None,
 ) -> Callable:
   """A decorator that registers its `render` function as a family.
 
@@ -109,6 +115,7 @@ def family(
       render=render,
       sample=sample,
       edges=edges,
+      spare=spare,
     )
     return render
 
