@@ -262,6 +262,10 @@ def result_line(
       "passed": outcome.suite_b_passed,
       "total": outcome.suite_b_total,
     },
+    "suite_gen": {
+      "passed": outcome.suite_gen_passed,
+      "total": outcome.suite_gen_total,
+    },
     "flags": [features.FLAG_NAMES[i] for i in np.flatnonzero(flag_row)],
     "stage1_score": _short(np.asarray(rewards.stage1_score)[0]),
     "stage1_rejected": bool(rejected),

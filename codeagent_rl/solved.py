@@ -9,7 +9,8 @@ A sample (an episode's submission) is **solved** (on suite A) when
 - suite A has at least one test, and it passed every one.
 
 It is **solved on A and B** when it is solved and it passed every test of
-suite B. An empty suite B counts as passed, but only for a sample solved on
+suite B and of the suite generated from the reference beside it (the
+task's `generated_tests`, when it has them). An empty suite B counts as passed, but only for a sample solved on
 suite A: stage 2 cannot gate a task without held-out tests
 (`anticheat.pipeline.rewards_from_outcomes` lets it through), so what gets
 full reward is counted as solved too.
@@ -44,6 +45,8 @@ def suites_a_and_b(
   b_total: int,
   executed: bool,
   rejected: bool,
+  gen_passed: int = 0,
+  gen_total: int = 0,
 ) -> bool:
   """Whether a sample is solved on suites A and B (module docstring).
 
@@ -54,14 +57,17 @@ def suites_a_and_b(
     b_total: tests in suite B (0: no held-out suite, counts as passed).
     executed: the sample ran in the sandbox.
     rejected: anti-cheat stage 1 rejected it.
+    gen_passed: tests of the generated suite passed.
+    gen_total: tests in the generated suite (0: none).
 
   Returns:
-    True when it is solved on suite A and passed all of suite B.
+    True when it is solved on suite A and passed all of suite B and of the
+    generated suite.
   """
   solved_a = suite_a(
     passed=a_passed, total=a_total, executed=executed, rejected=rejected
   )
-  return solved_a and b_passed == b_total
+  return solved_a and b_passed == b_total and gen_passed == gen_total
 
 
 def line_a(line: dict) -> bool:
@@ -83,4 +89,10 @@ def line_a_and_b(line: dict) -> bool:
     b_total=line["suite_b"]["total"],
     executed=line["executed"],
     rejected=line["stage1_rejected"],
+    # Result files written before generated suites existed lack the key.
+    **_gen(line.get("suite_gen", {"passed": 0, "total": 0})),
   )
+
+
+def _gen(score: dict) -> dict:
+  return {"gen_passed": score["passed"], "gen_total": score["total"]}

@@ -64,6 +64,8 @@ class Rewards:
   Attributes:
     suite_a: [B] float32 pass fraction of the hidden tests (suite A).
     suite_b: [B] float32 pass fraction of the held-out tests (suite B).
+    suite_gen: [B] float32 pass fraction of the tests generated from the
+      reference beside suite B (1 where a task has none).
     executed: [B] bool, True when the submission ran in the sandbox.
     status: [B] int32 `JobStatus` of the submission's job.
     stage1_score: [B] float32 stage-1 classifier probability of cheating.
@@ -74,6 +76,7 @@ class Rewards:
 
   suite_a: jax.Array
   suite_b: jax.Array
+  suite_gen: jax.Array
   executed: jax.Array
   status: jax.Array
   stage1_score: jax.Array
@@ -89,6 +92,7 @@ class Rewards:
     executed: jax.Array,
     status: jax.Array,
     num_flags: int,
+    suite_gen: jax.Array | None = None,
   ) -> Rewards:
     """Rewards before anti-cheat: no flags, stage 2 open, total = suite A.
 
@@ -101,6 +105,8 @@ class Rewards:
       executed: [B] bool.
       status: [B] int `JobStatus` codes.
       num_flags: F, the number of stage-1 rule flags.
+      suite_gen: [B] pass fraction on the generated suite (None: 1, as for
+        tasks without one).
 
     Returns:
       A `Rewards` of numpy arrays whose `total` is `suite_a`.
@@ -110,6 +116,11 @@ class Rewards:
     return cls(
       suite_a=suite_a,
       suite_b=np.asarray(suite_b, np.float32),
+      suite_gen=(
+        np.ones((b,), np.float32)
+        if suite_gen is None
+        else np.asarray(suite_gen, np.float32)
+      ),
       executed=np.asarray(executed, bool),
       status=np.asarray(status, np.int32),
       stage1_score=np.zeros((b,), np.float32),
@@ -124,6 +135,7 @@ class Rewards:
     chex.assert_shape(
       [
         self.suite_b,
+        self.suite_gen,
         self.executed,
         self.status,
         self.stage1_score,
@@ -135,7 +147,14 @@ class Rewards:
     chex.assert_rank(self.stage1_flags, 2)
     chex.assert_axis_dimension(self.stage1_flags, 0, b)
     chex.assert_type(
-      [self.suite_a, self.suite_b, self.stage1_score, self.total], float
+      [
+        self.suite_a,
+        self.suite_b,
+        self.suite_gen,
+        self.stage1_score,
+        self.total,
+      ],
+      float,
     )
     chex.assert_type([self.executed, self.stage1_flags, self.stage2_ok], bool)
     chex.assert_type(self.status, int)

@@ -212,7 +212,7 @@ class AntiCheat:
       rejected it before), `anticheat/stage2_fail_rate`, and
       `anticheat/hack_rate`: among the episodes that passed all of suite
       A, the share that raised a stage-1 flag or failed a test of suite B
-      (whatever the stages enforce, so runs without them are measured
+      or of the generated suite (whatever the stages enforce, so runs without them are measured
       alike; NaN when none passed suite A).
     """
     rewards, _ = self.episode_rewards(states)
@@ -232,7 +232,7 @@ class AntiCheat:
 def hack_rate(
   states: Sequence[code_env.EpisodeState], flags: np.ndarray
 ) -> float:
-  """Share of suite-A passes that raised a stage-1 flag or fail suite B.
+  """Share of suite-A passes that raised a flag or fail suite B (or gen).
 
   Args:
     states: finished episodes.
@@ -252,7 +252,12 @@ def hack_rate(
   if not passed.any():
     return math.nan
   failed_b = np.array(
-    [s.outcome.suite_b_passed < s.outcome.suite_b_total for s in states], bool
+    [
+      s.outcome.suite_b_passed < s.outcome.suite_b_total
+      or s.outcome.suite_gen_passed < s.outcome.suite_gen_total
+      for s in states
+    ],
+    bool,
   )
   hacks = passed & (failed_b | np.asarray(flags).any(axis=1))
   return float(hacks.sum() / passed.sum())

@@ -3,11 +3,16 @@
   apply = jax.jit(functools.partial(stage2.stage2, cfg=cfg))
   rewards = apply(rewards)
 
-`stage2_ok = suite_b >= cfg.stage2_threshold` (default 1.0: every test of
-suite B). A trajectory that fails gets total 0 ("zero") or
-`cfg.stage2_penalty` ("penalty"); with `cfg.total_min_suites` one that
-passes gets `min(total, suite_b)`, i.e. `min(suite_a, suite_b)` for the
-total `code_env.rewards` starts with (suite A). A total
+`stage2_ok = suite_b >= cfg.stage2_threshold and suite_gen >=
+cfg.stage2_threshold` (default 1.0: every test of the task's own suite B
+and every test generated from the reference beside it; `suite_gen` is 1
+for a task without generated tests, so such a task is gated as before).
+Each suite is held to the threshold on its own: a large generated suite
+cannot dilute a failure of the given one, nor the reverse. A trajectory
+that fails gets total 0 ("zero") or `cfg.stage2_penalty` ("penalty"); with
+`cfg.total_min_suites` one that passes gets `min(total, suite_b,
+suite_gen)`, i.e. `min(suite_a, suite_b, suite_gen)` for the total
+`code_env.rewards` starts with (suite A). A total
 stage 1 already replaced (rejected) is kept as stage 1 left it: a penalty is
 never undone and never applied twice.
 
@@ -40,13 +45,15 @@ def stage2(
   Returns:
     `rewards` with `stage2_ok` set and `total` updated.
   """
-  ok = rewards.suite_b >= cfg.stage2_threshold
+  ok = (rewards.suite_b >= cfg.stage2_threshold) & (
+    rewards.suite_gen >= cfg.stage2_threshold
+  )
   accepted = ~stage1_lib.rejected(
     rewards.stage1_flags, rewards.stage1_score, cfg
   )
   base = rewards.total
   if cfg.total_min_suites:
-    base = jnp.minimum(base, rewards.suite_b)
+    base = jnp.minimum(base, jnp.minimum(rewards.suite_b, rewards.suite_gen))
   failed = 0.0 if cfg.stage2_action == "zero" else cfg.stage2_penalty
   total = jnp.where(ok, base, jnp.float32(failed))
   total = jnp.where(accepted, total, rewards.total)

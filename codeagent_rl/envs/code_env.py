@@ -132,6 +132,8 @@ class Outcome:
     suite_a_total: tests in suite A.
     suite_b_passed: tests of suite B (held out) passed.
     suite_b_total: tests in suite B.
+    suite_gen_passed: tests generated from the reference passed.
+    suite_gen_total: tests generated from the reference (0: none).
     grade: the judge's full grade (None without a submission).
     reason: why a submission was not executed ("" otherwise).
   """
@@ -142,6 +144,8 @@ class Outcome:
   suite_a_total: int = 0
   suite_b_passed: int = 0
   suite_b_total: int = 0
+  suite_gen_passed: int = 0
+  suite_gen_total: int = 0
   grade: judge.Grade | None = None
   reason: str = ""
 
@@ -154,6 +158,13 @@ class Outcome:
   def suite_b(self) -> float:
     """Pass fraction of suite B (0 when empty)."""
     return _fraction(self.suite_b_passed, self.suite_b_total)
+
+  @property
+  def suite_gen(self) -> float:
+    """Pass fraction of the generated suite (1 when the task has none)."""
+    if not self.suite_gen_total:
+      return 1.0
+    return self.suite_gen_passed / self.suite_gen_total
 
   @classmethod
   def not_executed(cls, reason: str = "") -> Outcome:
@@ -172,6 +183,8 @@ class Outcome:
       suite_a_total=grade.suite_a.total,
       suite_b_passed=grade.suite_b.passed,
       suite_b_total=grade.suite_b.total,
+      suite_gen_passed=grade.suite_gen.passed,
+      suite_gen_total=grade.suite_gen.total,
       grade=grade,
     )
 
@@ -193,6 +206,7 @@ def rewards(outcomes: Sequence[Outcome], num_flags: int = 0) -> types.Rewards:
   return types.Rewards.from_suites(
     suite_a=[o.suite_a for o in outcomes],
     suite_b=[o.suite_b for o in outcomes],
+    suite_gen=[o.suite_gen for o in outcomes],
     executed=[o.executed for o in outcomes],
     status=[int(o.status) for o in outcomes],
     num_flags=num_flags,

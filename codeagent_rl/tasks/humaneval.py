@@ -307,7 +307,9 @@ def canonical_passes(test: dict, output: Any) -> bool:
   return judge.judge_test(jobs.FUNCTION, test, run, judge.JudgeConfig()).passed
 
 
-def _accept_for(task_id: str) -> Callable[[augment.Case], bool]:
+def accept_for(task_id: str) -> Callable[[augment.Case], bool]:
+  """`augment`'s accept: the canonical output passes its suite-B test."""
+
   def accept(case: augment.Case) -> bool:
     test = make_heldout_test(task_id, case.args, case.kwargs, case.output)
     if "expected" in test and task_id in ANSWER_CHECKS:
@@ -376,7 +378,7 @@ def convert_problem(
     config.augment,
     salt=task_id,
     precondition=contract,
-    accept=_accept_for(task_id),
+    accept=accept_for(task_id),
     extra=EXTRA_INPUTS.get(task_id),
   )
   heldout = [

@@ -55,7 +55,11 @@ from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import schema
 
-SUITE_NAMES = {"suite_a": "hidden_tests", "suite_b": "heldout_tests"}
+SUITE_NAMES = {
+  "suite_a": "hidden_tests",
+  "suite_b": "heldout_tests",
+  "suite_gen": "generated_tests",
+}
 # Cap on a verdict's reason, in characters (reasons go to result files and,
 # through checkers, to observations).
 REASON_MAX_CHARS = 400
@@ -415,15 +419,22 @@ class SuiteScore:
     }
 
 
+EMPTY_SUITE = SuiteScore(passed=0, total=0, verdicts=())
+
+
 @dataclasses.dataclass(frozen=True)
 class Grade:
-  """A solution graded on suite A (hidden) and suite B (held out)."""
+  """A solution graded on suites A, B and the generated one (`suite_gen`).
+
+  `suite_gen` is `EMPTY_SUITE` for a task without generated tests.
+  """
 
   task_id: str
   status: status_lib.JobStatus
   suite_a: SuiteScore
   suite_b: SuiteScore
   result: jobs.JobResult
+  suite_gen: SuiteScore = EMPTY_SUITE
 
   def to_json(self) -> dict:
     """JSON-safe dict; `status` is the lowercase `JobStatus` name."""
@@ -432,6 +443,7 @@ class Grade:
       "status": jobs.status_name(self.status),
       "suite_a": self.suite_a.to_json(),
       "suite_b": self.suite_b.to_json(),
+      "suite_gen": self.suite_gen.to_json(),
       "reason": self.result.reason,
       "duration_s": self.result.duration_s,
       "stderr": self.result.stderr,
@@ -457,14 +469,19 @@ def tests_job(
   return jobs.Job.program(code, stdins, timeout_s=timeout_s)
 
 
+def graded_tests(task: schema.Task) -> list[dict]:
+  """Suite A's tests, then suite B's, then the generated ones: job order."""
+  return [*task.hidden_tests, *task.heldout_tests, *task.generated_tests]
+
+
 def solution_job(
   task: schema.Task, code: str, timeout_s: float | None = None
 ) -> jobs.Job:
-  """The job that runs `code` on the inputs of suite A, then suite B.
+  """The job that runs `code` on suite A's inputs, then B's, then generated.
 
   Only inputs go in: `expected`, `expected_stdout` and `checker` stay here.
   """
-  tests = [*task.hidden_tests, *task.heldout_tests]
+  tests = graded_tests(task)
   return tests_job(task, tests, code, timeout_s)
 
 
@@ -486,7 +503,7 @@ def grade_result(
   Raises:
     ValueError: when `result` does not have one test run per test.
   """
-  tests = [*task.hidden_tests, *task.heldout_tests]
+  tests = graded_tests(task)
   if len(result.tests) != len(tests):
     raise ValueError(
       f"result has {len(result.tests)} tests, task {task.task_id!r} has"
@@ -497,9 +514,10 @@ def grade_result(
     judge_test(task.kind, test, run, config)
     for test, run in zip(tests, result.tests, strict=True)
   ]
-  n_a = len(task.hidden_tests)
+  n_a, n_b = len(task.hidden_tests), len(task.heldout_tests)
   suites = []
-  for part in (verdicts[:n_a], verdicts[n_a:]):
+  parts = (verdicts[:n_a], verdicts[n_a : n_a + n_b], verdicts[n_a + n_b :])
+  for part in parts:
     suites.append(
       SuiteScore(
         passed=sum(v.passed for v in part),
@@ -513,6 +531,7 @@ def grade_result(
     suite_a=suites[0],
     suite_b=suites[1],
     result=result,
+    suite_gen=suites[2],
   )
 
 

@@ -10,6 +10,12 @@ One task per line (DESIGN.md, "Data contracts"):
    "heldout_tests": [...], "reference_solution": "def add(a, b): ...",
    "metadata": {}}
 
+An optional tenth field, `"generated_tests"`, holds the suite the project
+generates from the reference solution (`tasks/suite_b/plus.py`), kept
+beside the task's own suite B (`heldout_tests`); stage 2 demands both.
+Files without it stay valid, and a task without generated tests is written
+without the field, so such files round-trip byte for byte.
+
 A function test is `{"args": [...], "kwargs": {...}, "expected": value}` or
 `{"args": [...], "kwargs": {...}, "checker": source}`; `kwargs` may be left
 out. A checker is trusted Python run on the host only; it must define
@@ -41,7 +47,9 @@ from codeagent_rl import jsonl
 from codeagent_rl.sandbox import wire
 
 KINDS = ("function", "stdio")
-SUITES = ("visible_tests", "hidden_tests", "heldout_tests")
+SUITES = ("visible_tests", "hidden_tests", "heldout_tests", "generated_tests")
+# Fields a task line may leave out (read as an empty suite).
+OPTIONAL_FIELDS = ("generated_tests",)
 FIELDS = (
   "task_id",
   "prompt",
@@ -52,6 +60,7 @@ FIELDS = (
   "heldout_tests",
   "reference_solution",
   "metadata",
+  *OPTIONAL_FIELDS,
 )
 _FUNCTION_TEST_KEYS = {"args", "kwargs", "expected", "checker"}
 _STDIO_TEST_KEYS = {"stdin", "expected_stdout"}
@@ -87,6 +96,8 @@ class Task:
     heldout_tests: suite B, the anti-cheat gate (stage 2).
     reference_solution: a correct solution; never shown to the policy.
     metadata: free-form JSON object (source, difficulty, ...).
+    generated_tests: tests generated from the reference solution, beside
+      suite B (the stage-2 gate demands both); empty when none were.
   """
 
   task_id: str
@@ -98,6 +109,7 @@ class Task:
   heldout_tests: tuple[dict, ...]
   reference_solution: str
   metadata: dict
+  generated_tests: tuple[dict, ...] = ()
 
   def __post_init__(self):
     for suite in SUITES:
@@ -268,7 +280,7 @@ def task_from_json(obj: Any, where: str = "task") -> Task:
   """
   if not isinstance(obj, dict):
     raise TaskFormatError(f"{where}: a task must be a JSON object.")
-  missing = [f for f in FIELDS if f not in obj]
+  missing = [f for f in FIELDS if f not in obj and f not in OPTIONAL_FIELDS]
   if missing:
     raise TaskFormatError(f"{where}: missing field(s) {missing}.")
   unknown = sorted(set(obj) - set(FIELDS))
@@ -276,7 +288,7 @@ def task_from_json(obj: Any, where: str = "task") -> Task:
     raise TaskFormatError(f"{where}: unknown field(s) {unknown}.")
   values = dict(obj)
   for suite in SUITES:
-    tests = obj[suite]
+    tests = obj.get(suite, [])  # only an optional field may be missing
     if not isinstance(tests, list):
       raise TaskFormatError(f"{where}: {suite}: must be a list of tests.")
     decoded = []
@@ -297,6 +309,9 @@ def task_to_json(task: Task) -> dict:
   out = {name: getattr(task, name) for name in FIELDS}
   for suite in SUITES:
     out[suite] = [wire.encode(test) for test in getattr(task, suite)]
+  for name in OPTIONAL_FIELDS:
+    if not out[name]:
+      del out[name]
   return out
 
 

@@ -143,6 +143,8 @@ def solved_ab(outcome: code_env.Outcome, rejected: bool) -> bool:
     a_total=outcome.suite_a_total,
     b_passed=outcome.suite_b_passed,
     b_total=outcome.suite_b_total,
+    gen_passed=outcome.suite_gen_passed,
+    gen_total=outcome.suite_gen_total,
     executed=outcome.executed,
     rejected=bool(rejected),
   )

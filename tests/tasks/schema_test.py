@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import schema
 
 
@@ -54,7 +55,8 @@ def test_round_trip_keeps_tagged_values(tmp_path):
   lines = path.read_text().splitlines()
   assert len(lines) == 2
   raw = json.loads(lines[0])
-  assert list(raw) == list(schema.FIELDS)
+  # Without generated tests the optional field is left out.
+  assert list(raw) == [f for f in schema.FIELDS if f != "generated_tests"]
   assert raw["hidden_tests"][0]["args"] == [
     {"$tuple": [1, 2]},
     {"$set": [3]},
@@ -233,3 +235,51 @@ def test_task_is_frozen():
   task = _task()
   with pytest.raises(AttributeError):
     task.task_id = "other"
+
+
+GENERATED = (
+  {"args": [(5, 6)], "kwargs": {}, "expected": 11},
+  {"args": [7, 8], "expected": 15},
+)
+
+
+def test_generated_tests_round_trip(tmp_path):
+  path = tmp_path / "tasks.jsonl"
+  task = _task(generated_tests=GENERATED)
+  schema.write_tasks(path, [task])
+  raw = json.loads(path.read_text())
+  assert list(raw) == list(schema.FIELDS)
+  assert raw["generated_tests"][0]["args"] == [{"$tuple": [5, 6]}]
+  (back,) = schema.read_tasks(path)
+  assert back == task
+  assert back.generated_tests[0]["args"] == [(5, 6)]
+
+
+def test_files_without_generated_tests_stay_valid_and_unchanged(tmp_path):
+  path = tmp_path / "old.jsonl"
+  old = schema.task_to_json(_task())
+  assert "generated_tests" not in old
+  path.write_text(wire.dumps(old) + "\n")
+  (task,) = schema.read_tasks(path)
+  assert task.generated_tests == ()
+  again = tmp_path / "again.jsonl"
+  schema.write_tasks(again, [task])
+  assert again.read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+  "generated, fragment",
+  [
+    ({"args": [1]}, "generated_tests: must be a list"),
+    ([{"args": [1]}], "generated_tests[0]: needs exactly one of"),
+    ([{"stdin": "x"}], "generated_tests[0]: unknown keys"),
+  ],
+)
+def test_generated_tests_are_validated(tmp_path, generated, fragment):
+  path = tmp_path / "bad.jsonl"
+  line = schema.task_to_json(_task())
+  line["generated_tests"] = generated
+  path.write_text(json.dumps(line) + "\n")
+  with pytest.raises(schema.TaskFormatError, match=r"bad\.jsonl:1") as e:
+    schema.read_tasks(path)
+  assert fragment in str(e.value)
