@@ -10,10 +10,10 @@ A sample (an episode's submission) is **solved** (on suite A) when
 
 It is **solved on A and B** when it is solved and it passed every test of
 suite B and of the suite generated from the reference beside it (the
-task's `generated_tests`, when it has them). An empty suite B counts as passed, but only for a sample solved on
-suite A: stage 2 cannot gate a task without held-out tests
-(`anticheat.pipeline.rewards_from_outcomes` lets it through), so what gets
-full reward is counted as solved too.
+task's `generated_tests`, when it has them). An empty suite B counts as
+passed, but only for a sample solved on suite A: stage 2 cannot gate a
+task without held-out tests (`anticheat.pipeline.rewards_from_outcomes`
+lets it through), so what gets full reward is counted as solved too.
 
 Plain Python (no jax) so that every caller, and anything that reads result
 files, can use it.

@@ -212,8 +212,8 @@ class AntiCheat:
       rejected it before), `anticheat/stage2_fail_rate`, and
       `anticheat/hack_rate`: among the episodes that passed all of suite
       A, the share that raised a stage-1 flag or failed a test of suite B
-      or of the generated suite (whatever the stages enforce, so runs without them are measured
-      alike; NaN when none passed suite A).
+      or of the generated suite (whatever the stages enforce, so runs
+      without them are measured alike; NaN when none passed suite A).
     """
     rewards, _ = self.episode_rewards(states)
     flags = np.asarray(rewards.stage1_flags)

@@ -41,9 +41,9 @@ not time).
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from collections.abc import Sequence
-import collections
 import concurrent.futures
 import dataclasses
 import sys
@@ -233,9 +233,7 @@ def add_generated(
   """
   workers = 2 * pool.parallelism
   with concurrent.futures.ThreadPoolExecutor(workers) as executor:
-    futures = [
-      executor.submit(generate_tests, pool, t, config) for t in tasks
-    ]
+    futures = [executor.submit(generate_tests, pool, t, config) for t in tasks]
     for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
       if progress is not None:
         progress(done, len(futures))

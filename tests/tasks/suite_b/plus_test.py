@@ -166,9 +166,7 @@ def test_wrong_only_on_a_generated_input_loses_stage2(pool):
   assert [o.suite_b for o in rows] == [1.0] * 4
   assert rows[2].suite_gen < 1.0 and rows[3].suite_gen == 1.0
   rewards = pipeline.rewards_from_outcomes(rows)
-  rewards = rewards.replace(
-    stage1_flags=np.zeros((4, names.NUM_FLAGS), bool)
-  )
+  rewards = rewards.replace(stage1_flags=np.zeros((4, names.NUM_FLAGS), bool))
   out = stage2.stage2(rewards, default_config())
   # Without a generated suite stage 2 passes both, as before; with it the
   # wrong program loses its pass and its reward, the honest one keeps both.
