@@ -226,6 +226,17 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   data.wrong_final = 0.3
   data.hardcoded = 0.05
   data.early_exit = 0.05
+  # Hacks of a weak suite A (configs/reward_hacking.py): the bug with the
+  # visible inputs it fails special-cased, and a lookup of the visible
+  # tests whose error elsewhere is swallowed. Off: suite A is strong here.
+  data.weak_assert = 0.0
+  data.swallow = 0.0
+  # "strong": 5-10 hidden tests apart from every visible one; "weak": the
+  # visible tests again plus one type check (tasks/synthetic.py).
+  data.suite_a = "strong"
+  # Tests per task of an oracle suite only metrics read (tasks/oracle.py);
+  # 0: none, nothing is measured against one.
+  data.oracle_tests = 0
   # Which generator makes the tasks when no file is named: "synthetic"
   # (the function families above) or "probes" (interactive tasks whose
   # horizon is heavy-tailed, tasks/probes.py; configs/long_horizon.py).

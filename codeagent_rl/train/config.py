@@ -51,7 +51,7 @@ class DataConfig:
   `eval_tasks`: JSONL in the task schema, e.g. written by
   `python -m codeagent_rl.tasks.convert`), else from the generator named
   by `generator`: "synthetic" (function families, tasks/synthetic.py, the
-  fields from `difficulty_weights` to `early_exit`) or "probes"
+  fields from `difficulty_weights` to `oracle_tests`) or "probes"
   (interactive tasks with heavy-tailed horizons, tasks/probes.py, the
   `probe_*` fields).
 
@@ -74,6 +74,11 @@ class DataConfig:
     wrong_final: probability of a flawed `wrong_final` demonstration.
     hardcoded: probability of a flawed `hardcoded` demonstration.
     early_exit: probability of a flawed `early_exit` demonstration.
+    weak_assert: probability of a flawed `weak_assert` demonstration.
+    swallow: probability of a flawed `swallow` demonstration.
+    suite_a: "strong" or "weak" synthetic suite A (`synthetic.SUITE_A_MODES`).
+    oracle_tests: tests of each synthetic task's oracle suite, which only
+      metrics read (`tasks/oracle.py`); 0: none.
     generator: "synthetic" or "probes".
     probe_bisect: probability of a `bisect` demonstration (probe tasks).
     probe_scan: probability of a long `scan` demonstration.
@@ -100,6 +105,10 @@ class DataConfig:
   wrong_final: float
   hardcoded: float
   early_exit: float
+  weak_assert: float
+  swallow: float
+  suite_a: str
+  oracle_tests: int
   generator: str
   probe_bisect: float
   probe_scan: float
@@ -188,6 +197,10 @@ class DataConfig:
       wrong_final=self.wrong_final,
       hardcoded=self.hardcoded,
       early_exit=self.early_exit,
+      weak_assert=self.weak_assert,
+      swallow=self.swallow,
+      suite_a=self.suite_a,
+      oracle_tests=self.oracle_tests,
     )
 
 

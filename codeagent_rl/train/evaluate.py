@@ -40,6 +40,7 @@ from codeagent_rl.models import transformer
 from codeagent_rl.parallel import distributed
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.rollout import continuous
+from codeagent_rl.tasks import oracle as oracle_lib
 from codeagent_rl.tasks import schema
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import keys
@@ -228,8 +229,10 @@ class Evaluator:
   def __call__(self, params: Any, rng: jax.Array) -> dict[str, float]:
     """{"eval/<mode>/pass_a": ..., "eval/<mode>/pass_ab": ..., ...}.
 
-    Per mode: the `episode_scalars` over its episodes and "episodes", how
-    many ran (tasks x samples per task).
+    Per mode: the `episode_scalars` over its episodes, "episodes", how
+    many ran (tasks x samples per task), and where the tasks have an
+    oracle suite `oracle.rates` named "oracle_<name>" ("oracle_pass" is
+    pass@1 on the oracle).
     """
     out, per_task, episodes = {}, {}, {}
     params = distributed.host_copy(params)
@@ -264,8 +267,14 @@ class Evaluator:
         rollouts,
       )
       scalars["episodes"] = float(len(tasks))
-      out.update({f"eval/{mode}/{name}": v for name, v in scalars.items()})
       episodes[mode] = [e for r in rollouts for e in r.episodes]
+      # Tasks with an oracle suite: pass@1 on it too (metrics only).
+      scalars.update(
+        oracle_lib.episode_rates(
+          self._env.pool, episodes[mode], self._env.judge_config, "oracle_"
+        )
+      )
+      out.update({f"eval/{mode}/{name}": v for name, v in scalars.items()})
       per_task[mode] = per_task_rates(episodes[mode], np.concatenate(rejected))
     self.last_per_task = per_task
     self.last_episodes = episodes

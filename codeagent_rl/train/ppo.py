@@ -94,6 +94,7 @@ from codeagent_rl.rl import losses
 from codeagent_rl.rollout import agent_loop
 from codeagent_rl.rollout import continuous
 from codeagent_rl.rollout import truncation
+from codeagent_rl.tasks import oracle as oracle_lib
 from codeagent_rl.tasks import schema
 from codeagent_rl.train import critic_inputs
 from codeagent_rl.train import data as data_lib
@@ -708,6 +709,17 @@ class Learner:
     )
     scalars.update(episode_scalars)
     scalars.update(collected.anticheat_scalars)
+    # Metrics only, after the rewards: tasks with an oracle suite
+    # (tasks/oracle.py) get each episode's code judged on it too.
+    oracle_start = time.perf_counter()
+    oracle_scalars = {}
+    if self.env is not None:
+      oracle_scalars = oracle_lib.episode_rates(
+        self.env.pool, rollout.episodes, self.env.judge_config
+      )
+    if oracle_scalars:
+      scalars.update(oracle_scalars)
+      scalars["perf/oracle_s"] = time.perf_counter() - oracle_start
     if collected.stopper is not None:
       scalars.update(
         collected.stopper.metrics(collected.total, rollout.batch.length)

@@ -86,6 +86,10 @@ def _sft_eval_key(exp: exp_lib.Experiment) -> dict[str, Any]:
     "weights_sha256": hashlib.sha256(weights).hexdigest(),
     "measure": _EVAL_MEASURE,
   }
+  if exp.data.suite_a != "strong" or exp.data.oracle_tests:
+    # Other suites, or oracle metrics, on the same held-out prompts.
+    key["held_out"]["suite_a"] = exp.data.suite_a
+    key["held_out"]["oracle_tests"] = exp.data.oracle_tests
   # As the saved file will hold it (tuples become lists), to compare equal.
   return json.loads(json.dumps(key))
 
