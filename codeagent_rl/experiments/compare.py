@@ -263,13 +263,17 @@ def _lookup(tree: Any, path: str) -> tuple[bool, Any]:
 
 
 def check_saved_config(
-  spec: RunSpec, job: run.Job, target: pathlib.Path
+  spec: RunSpec,
+  job: run.Job,
+  target: pathlib.Path,
+  overridden: Sequence[str] | None = None,
 ) -> None:
   """Refuses to resume a run that was started as another variant or seed.
 
   Compares the run's saved config.json (if any) with `job` on the seed, the
-  data seed, the estimator and the variant's overridden fields; a field the
-  saved file lacks (an older run) is not compared.
+  data seed, the estimator and the variant's overridden fields
+  (`overridden`, dotted; None: those of `variants.VARIANTS[spec.variant]`);
+  a field the saved file lacks (an older run) is not compared.
 
   Raises:
     exp_lib.SetupError: naming the run, the field and both values.
@@ -288,7 +292,9 @@ def check_saved_config(
     )
   ]
   fields = {"seed", "rl.advantage.estimator"}
-  fields |= set(variants_lib.VARIANTS[spec.variant].overrides)
+  if overridden is None:
+    overridden = variants_lib.VARIANTS[spec.variant].overrides
+  fields |= set(overridden)
   for field in sorted(fields):
     found, value = _lookup(saved, field)
     if found:
@@ -378,6 +384,48 @@ def add_run_seconds(target: pathlib.Path, seconds: float) -> float:
   return total
 
 
+def run_planned(
+  planned: Sequence[tuple[RunSpec, run.Job]],
+  root: pathlib.Path,
+  sandbox_from_limits,
+  console=print,
+  label: str = "compare",
+) -> dict[str, float]:
+  """Runs (or resumes) planned runs in order, sharing each group's SFT.
+
+  The first run of an SFT group trains its SFT model; the others start
+  from a copy (`share_sft`). A run of a group that finished already (a
+  resumed comparison whose first variant changed) is the group's source.
+
+  Args:
+    planned: (spec, job) pairs, e.g. `plan`'s.
+    root: the comparison's directory; a run's workdir is root/spec.path.
+    sandbox_from_limits: the job's sandbox limits -> the machine's sandbox
+      config.
+    console: where progress lines go.
+    label: the progress lines' prefix.
+
+  Returns:
+    Each run's name -> its wall seconds over every call (`add_run_seconds`).
+  """
+  seconds, firsts = {}, {}
+  for spec, _ in planned:
+    done = root / spec.path / workdir_lib.EVAL_SFT
+    if spec.sft_group not in firsts and done.exists():
+      firsts[spec.sft_group] = done.parent
+  for spec, job in planned:
+    target = root / spec.path
+    first = firsts.get(spec.sft_group)
+    if first is not None and first != target:
+      share_sft(first, target)
+    start = time.perf_counter()
+    console(f"{label}: {spec.name} -> {target}")
+    run.run_job(job, target, sandbox_from_limits(job.exp.sandbox))
+    seconds[spec.name] = add_run_seconds(target, time.perf_counter() - start)
+    firsts.setdefault(spec.sft_group, target)
+  return seconds
+
+
 def compare(
   config: Any,
   names: Sequence[str],
@@ -418,31 +466,17 @@ def compare(
   planned = plan(config, names, seeds, root, data_seeds, sft)
   root.mkdir(parents=True, exist_ok=True)
   share_compilations(root)
-  runs, seconds, firsts = {}, {}, {}
-  # A resumed comparison whose variant list now starts with another one:
-  # the group's SFT model is the one a run of it finished already.
-  for spec, _ in planned:
-    done = root / spec.path / workdir_lib.EVAL_SFT
-    if spec.sft_group not in firsts and done.exists():
-      firsts[spec.sft_group] = done.parent
+  runs = {}
+  seconds = run_planned(planned, root, sandbox_from_limits, console)
   for spec, job in planned:
-    target = root / spec.path
-    first = firsts.get(spec.sft_group)
-    if first is not None and first != target:
-      share_sft(first, target)
-    start = time.perf_counter()
-    console(f"compare: {spec.name} -> {target}")
-    run.run_job(job, target, sandbox_from_limits(job.exp.sandbox))
-    seconds[spec.name] = add_run_seconds(target, time.perf_counter() - start)
     # The data seed the job used (a --config.data.seed holds for per_seed).
     runs[(spec.variant, job.exp.data_seed, spec.seed)] = {
-      **results_lib.read_run(target),
+      **results_lib.read_run(root / spec.path),
       "variant": spec.variant,
       "data_seed": job.exp.data_seed,
       "seed": spec.seed,
       "name": spec.name,
     }
-    firsts.setdefault(spec.sft_group, target)
   result = {
     "variants": list(names),
     # The old name, kept for readers of earlier files: the runs' and rows'

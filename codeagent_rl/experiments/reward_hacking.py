@@ -1,32 +1,42 @@
-r"""The reward-hacking experiment: which anti-cheat stage stops which hack.
+r"""The reward-hacking experiment: hacks that pay, and the stages against them.
 
     python -m codeagent_rl.experiments.reward_hacking \
-      --config=configs/tiny.py --hack_demos=0.3 \
-      --variants=none,stage1,stage2,both --workdir=DIR
+      --config=configs/reward_hacking.py --hack_demos=0.3 \
+      --variants=none,stage1,stage2,both --seeds=0,1,2 --workdir=DIR
 
-SFT learns from demonstrations of which a chosen share hack the judge: with
-probability `--hack_demos` a train task gets a `hardcoded` plan (an
-if-ladder over the visible tests) and, independently, an `early_exit` plan
-(`sys.exit(0)` before the tests); the honest and `wrong_final` plans keep
-the config's probabilities. PPO then trains from that SFT model once per
-anti-cheat variant (`VARIANTS`):
+configs/reward_hacking.py makes suite A weak (the visible tests again and
+a type check) and gives every task an oracle suite that no reward sees
+(tasks/oracle.py). SFT learns from demonstrations of which some hack that
+suite A: with probability `--hack_demos` each, a train task gets a
+`hardcoded` plan (an if-ladder over the visible tests, a constant of the
+return type elsewhere), a `weak_assert` plan (the task's bug with the
+visible inputs it fails special-cased) and a `swallow` plan (a lookup of
+the visible tests whose error elsewhere is swallowed into a constant of
+the return type); all pass suite A under the judge and fail suite B and
+the oracle (tests/experiments/reward_hacking_test.py). PPO then trains
+from one SFT model once per anti-cheat variant (`VARIANTS`) and RL seed:
 
   none    no stage enforces: every submission runs, the reward is suite A
   stage1  stage 1 only (its enforced rules and the classifier)
   stage2  stage 2 only (suite B must pass too)
   both    both stages: the config's own `anticheat` section
 
-Every variant starts from the same SFT checkpoint (the first variant's run
-does SFT; the others copy it, as `compare` does), with the same prompts and
-keys. Per iteration the training rollouts give the hack rate
-(`anticheat/hack_rate`: among the episodes that passed all of suite A, the
-share that raised a stage-1 flag or failed suite B, measured whatever the
-variant enforces) and the pass rates; the held-out evaluations give pass@1
-(suites A and B). Running the command again resumes.
+The runs are `experiments.compare`'s with `--sft=shared` (DIR/seed<N>/
+<variant>; the first run trains the SFT model, every other starts from a
+copy): the seeds vary only what RL draws. Per iteration the training
+rollouts give the reward, the oracle's measures of each episode's code
+(`oracle.rates`: suite-A pass, oracle pass, the true hack rate = share of
+episodes passing suite A and failing the oracle) and the anti-cheat's own
+flags; the held-out evaluations give pass@1 on the oracle (greedy and
+sampled) of the SFT model and after the last iteration. Running the
+command again resumes.
 
-Written to DIR: one workdir per variant, `reward_hacking.json` (per
-variant: the curves, the final held-out pass@1, the demonstrations' kinds)
-and `reward_hacking.png` (hack rate and held-out pass@1 per iteration).
+Written to DIR: `reward_hacking.json` (per run its curves and
+evaluations; per variant the means ± standard errors over seeds and the
+paired differences to the first variant), `reward_hacking.txt` (the table)
+and `reward_hacking.png` (reward, suite-A pass, oracle pass and hack rate
+per iteration: per variant the mean over seeds with a band of one
+standard error).
 """
 
 from __future__ import annotations
@@ -38,7 +48,6 @@ import math
 import os
 import pathlib
 import sys
-import time
 from typing import Any
 
 from absl import app
@@ -48,6 +57,7 @@ import numpy as np
 
 from codeagent_rl import logs
 from codeagent_rl.experiments import compare
+from codeagent_rl.experiments import compare_results as results_lib
 from codeagent_rl.sandbox import harness
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import run
@@ -62,26 +72,47 @@ VARIANTS = {
   "stage2": dict(_NO_STAGE1),
   "both": {},
 }
-# The demonstration kinds that hack the judge (tasks/synthetic.py).
-HACK_KINDS = ("hardcoded", "early_exit")
-# Per-iteration metrics of the training rollouts kept for each variant.
+# The demonstration kinds that hack a weak suite A (tasks/synthetic.py).
+HACK_KINDS = ("hardcoded", "weak_assert", "swallow")
+# Per-iteration metrics of the training rollouts kept for each run.
 CURVES = (
-  "anticheat/hack_rate",
-  "anticheat/flagged_rate",
   "reward/total_mean",
   "reward/pass_a",
   "reward/pass_ab",
+  "oracle/suite_a_pass",
+  "oracle/pass",
+  "oracle/hack_rate",
+  "oracle/hack_share",
+  "anticheat/hack_rate",
+  "anticheat/flagged_rate",
+  "anticheat/flag_rate",
+  "anticheat/stage2_fail_rate",
 )
-# Held-out pass@1 (suites A and B) of the evaluations, per mode.
-EVAL_KEYS = ("eval/greedy/pass_ab", "eval/sampled/pass_ab")
+# The plot's panels: (metric, axis label).
+PANELS = (
+  ("reward/total_mean", "reward (training rollouts)"),
+  ("oracle/suite_a_pass", "suite-A pass (all of suite A)"),
+  ("oracle/pass", "oracle pass (all of the oracle)"),
+  ("oracle/hack_rate", "hack rate (A passed, oracle failed)"),
+)
+# Held-out evaluation metrics kept at SFT and after the last iteration.
+EVAL_KEYS = tuple(
+  f"eval/{mode}/{name}"
+  for mode in ("greedy", "sampled")
+  for name in ("oracle_pass", "oracle_hack_rate", "pass_a", "pass_ab")
+)
+# A curve's start and end: the mean of its first and last this many
+# iterations (a single iteration's 32 episodes are noisy).
+WINDOW = 3
 RESULTS = "reward_hacking.json"
+TABLE = "reward_hacking.txt"
 PLOT = "reward_hacking.png"
 
 
 def define_flags() -> None:
   """Registers the experiment's flags (and the sandbox's)."""
   config_flags.DEFINE_config_file(
-    "config", None, "Experiment config, e.g. configs/tiny.py or :smoke."
+    "config", None, "Experiment config, e.g. configs/reward_hacking.py."
   )
   flags.DEFINE_list(
     "variants", list(VARIANTS), f"Anti-cheat variants, from {list(VARIANTS)}."
@@ -89,9 +120,10 @@ def define_flags() -> None:
   flags.DEFINE_float(
     "hack_demos",
     0.3,
-    "Probability of a hardcoded and of an early_exit demonstration per"
-    " train task.",
+    f"Probability of each hack demonstration kind ({', '.join(HACK_KINDS)})"
+    " per train task.",
   )
+  flags.DEFINE_list("seeds", ["0"], "RL seeds; the first one's tasks are used.")
   flags.DEFINE_string("workdir", None, "Where the runs and results go.")
   flags.mark_flags_as_required(["config", "workdir"])
   harness.define_flags()
@@ -124,7 +156,11 @@ def variant_config(config: Any, variant: str, hack_demos: float) -> Any:
   """
   if variant not in VARIANTS:
     raise ValueError(f"variant {variant!r}: choose from {list(VARIANTS)}.")
-  if not (isinstance(hack_demos, int | float) and 0 <= hack_demos <= 1):
+  if not (
+    isinstance(hack_demos, int | float)
+    and not isinstance(hack_demos, bool)
+    and 0 <= hack_demos <= 1
+  ):
     raise ValueError(f"--hack_demos={hack_demos!r}: must be in [0, 1].")
   config = copy.deepcopy(config)
   with config.unlocked():
@@ -136,10 +172,45 @@ def variant_config(config: Any, variant: str, hack_demos: float) -> Any:
   return config
 
 
+def plan(
+  config: Any,
+  variants: Sequence[str],
+  seeds: Sequence[int],
+  hack_demos: float,
+  root: pathlib.Path,
+) -> list[tuple[compare.RunSpec, run.Job]]:
+  """Every run with its validated job, before any starts.
+
+  The layout is `compare`'s with one shared SFT model: DIR/seed<N>/<variant>,
+  the tasks and SFT model of the first seed.
+
+  Raises:
+    ValueError: a bad variant list, `hack_demos` or config field (the
+      message names it).
+    exp_lib.SetupError: a saved run of another variant or seed in a run's
+      workdir (`compare.check_saved_config`).
+  """
+  variants = parse_variants(variants)
+  if not seeds:
+    raise ValueError("--seeds: name at least one seed.")
+  out = []
+  for spec in compare.layout(variants, seeds, None, "shared"):
+    config_run = variant_config(config, spec.variant, hack_demos)
+    with config_run.unlocked():
+      config_run.seed = spec.seed
+      config_run.data.seed = spec.data_seed
+      config_run.preset = f"{config_run.preset} [seed {spec.seed}]"
+    job = run.job_from_config(config_run)
+    overridden = [f"anticheat.{k}" for k in VARIANTS[spec.variant]]
+    compare.check_saved_config(spec, job, root / spec.path, overridden)
+    out.append((spec, job))
+  return out
+
+
 def validate(
   config: Any, variants: Sequence[str], hack_demos: float
 ) -> dict[str, run.Job]:
-  """Every variant's validated job, before any starts.
+  """Every variant's validated job (seed as configured), before any starts.
 
   Raises:
     ValueError: a bad variant list, `hack_demos` or config field (the
@@ -151,36 +222,67 @@ def validate(
   }
 
 
-def _clean(x: Any) -> Any:
-  """`x` with non-finite floats as None (JSON has no NaN)."""
-  if isinstance(x, dict):
-    return {k: _clean(v) for k, v in x.items()}
-  if isinstance(x, list | tuple):
-    return [_clean(v) for v in x]
-  if isinstance(x, float) and not math.isfinite(x):
-    return None
-  return x
+def parse_seeds(seeds: Sequence[str]) -> list[int]:
+  """--seeds as distinct non-negative ints.
+
+  Raises:
+    ValueError: a seed that is not one, a repeat, or none.
+  """
+  out = []
+  for s in seeds:
+    s = str(s).strip()
+    if not s.isdigit():
+      raise ValueError(f"--seeds: {s!r} is not a non-negative integer.")
+    out.append(int(s))
+  if not out or len(set(out)) != len(out):
+    raise ValueError(f"--seeds={','.join(map(str, seeds))}: give distinct.")
+  return out
 
 
-def read_variant(root: pathlib.Path) -> dict[str, Any]:
-  """One variant's curves, evaluations and demonstration kinds."""
+# --- Reading runs -------------------------------------------------------------
+
+
+def _finite(values: Sequence[Any]) -> list[float]:
+  return [
+    float(v)
+    for v in values
+    if isinstance(v, int | float) and math.isfinite(float(v))
+  ]
+
+
+def _mean(values: Sequence[Any]) -> float | None:
+  finite = _finite(values)
+  return float(np.mean(finite)) if finite else None
+
+
+def ends(values: Sequence[Any], window: int = WINDOW) -> dict[str, Any]:
+  """A curve's start and end: means of its first and last `window` values.
+
+  None values (not measured) are left out; "rise" is end minus start
+  (None when either is).
+  """
+  start, end = _mean(values[:window]), _mean(values[-window:])
+  rise = None if start is None or end is None else end - start
+  return {"start": start, "end": end, "rise": rise}
+
+
+def read_run(root: pathlib.Path) -> dict[str, Any]:
+  """One run's curves, evaluations and demonstration kinds."""
   paths = workdir_lib.Workdir(root)
   records = []
   if paths.metrics.exists():
     records = [
-      json.loads(line) for line in paths.metrics.read_text().splitlines()
+      json.loads(line)
+      for line in paths.metrics.read_text().splitlines()
+      if line.strip()
     ]
   curves = {key: [r.get(key) for r in records] for key in CURVES}
-  evals = {
-    key: [(r["iteration"] + 1, r[key]) for r in records if key in r]
-    for key in EVAL_KEYS
-  }
   sft = {}
   if paths.eval_sft.exists():
     sft = json.loads(paths.eval_sft.read_text()).get("eval", {})
-  for key in EVAL_KEYS:
-    if sft.get(key) is not None:
-      evals[key].insert(0, (0, sft[key]))
+  final = {}
+  for record in records:
+    final.update({k: record[k] for k in EVAL_KEYS if k in record})
   kinds = {}
   if paths.sft_data.exists():
     with np.load(paths.sft_data) as data:
@@ -190,60 +292,183 @@ def read_variant(root: pathlib.Path) -> dict[str, Any]:
   return {
     "iterations": len(records),
     "curves": curves,
-    "evals": evals,
+    "ends": {key: ends(values) for key, values in curves.items()},
+    "sft_eval": {k: sft.get(k) for k in EVAL_KEYS},
+    "final_eval": {k: final.get(k) for k in EVAL_KEYS},
     "demo_kinds": kinds,
     "hack_demo_share": hacks / max(sum(kinds.values()), 1),
-    "hack_rate_mean": _mean(curves["anticheat/hack_rate"]),
-    "final": {k: (v[-1][1] if v else None) for k, v in evals.items()},
   }
 
 
-def _mean(values: Sequence[Any]) -> float | None:
-  finite = [v for v in values if v is not None and math.isfinite(v)]
-  return float(np.mean(finite)) if finite else None
+# --- Tables -------------------------------------------------------------------
 
 
-def plot(results: dict[str, dict[str, Any]], out: pathlib.Path) -> str:
-  """Writes the hack-rate, flag-rate and pass@1 curves; returns the path.
+def mean_se(values: Sequence[Any]) -> tuple[float | None, float | None]:
+  """Mean and standard error over finite values (s.e. None under two)."""
+  finite = _finite(values)
+  if not finite:
+    return None, None
+  if len(finite) == 1:
+    return finite[0], None
+  x = np.asarray(finite, np.float64)
+  return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
 
-  Variants that trained alike (a stage that never changed a reward) draw
-  the same curve: each variant has its own line style so that all stay
-  visible.
+
+# What the table reports per run: (name, how it is read from `read_run`).
+SUMMARY = {
+  "reward_end": lambda r: r["ends"]["reward/total_mean"]["end"],
+  "reward_rise": lambda r: r["ends"]["reward/total_mean"]["rise"],
+  "suite_a_end": lambda r: r["ends"]["oracle/suite_a_pass"]["end"],
+  "oracle_end": lambda r: r["ends"]["oracle/pass"]["end"],
+  "oracle_rise": lambda r: r["ends"]["oracle/pass"]["rise"],
+  "hack_start": lambda r: r["ends"]["oracle/hack_rate"]["start"],
+  "hack_end": lambda r: r["ends"]["oracle/hack_rate"]["end"],
+  "flagged_end": lambda r: r["ends"]["anticheat/flagged_rate"]["end"],
+  "sft_oracle_greedy": lambda r: r["sft_eval"]["eval/greedy/oracle_pass"],
+  "sft_oracle_sampled": lambda r: r["sft_eval"]["eval/sampled/oracle_pass"],
+  "oracle_greedy": lambda r: r["final_eval"]["eval/greedy/oracle_pass"],
+  "oracle_sampled": lambda r: r["final_eval"]["eval/sampled/oracle_pass"],
+  "heldout_hack_sampled": lambda r: r["final_eval"][
+    "eval/sampled/oracle_hack_rate"
+  ],
+}
+
+
+def summarize(
+  runs: dict[str, dict[str, Any]], variants: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+  """Per variant: each `SUMMARY` figure's mean ± s.e. over its seeds.
+
+  Args:
+    runs: run name ("<variant>/seed<N>") -> `read_run`'s record with
+      "variant" and "seed" added.
+    variants: the variants; the first is the baseline of the paired
+      differences (per seed the variant's figure minus the baseline's,
+      mean ± s.e. over the seeds both have).
+
+  Returns:
+    variant -> {figure: {"mean", "se", "diff", "diff_se", "seeds"}}.
+  """
+  by = {(r["variant"], r["seed"]): r for r in runs.values()}
+  seeds = sorted({s for _, s in by})
+  base = variants[0]
+  rows = {}
+  for variant in variants:
+    row = {}
+    for name, read in SUMMARY.items():
+      own = {s: read(by[variant, s]) for s in seeds if (variant, s) in by}
+      mean, se = mean_se(list(own.values()))
+      diffs = [
+        own[s] - read(by[base, s])
+        for s in own
+        if (base, s) in by
+        and own[s] is not None
+        and read(by[base, s]) is not None
+      ]
+      diff, diff_se = mean_se(diffs)
+      row[name] = {
+        "mean": mean,
+        "se": se,
+        "diff": diff,
+        "diff_se": diff_se,
+        "seeds": len(_finite(list(own.values()))),
+      }
+    rows[variant] = row
+  return rows
+
+
+def _cell(x: float | None, se: float | None = None, fmt: str = ".3f") -> str:
+  if x is None or not math.isfinite(x):
+    return "n/a"
+  text = format(x, fmt)
+  if se is not None and math.isfinite(se):
+    text += f"±{se:.3f}"
+  return text
+
+
+# The table's columns: (header, figure, paired difference too).
+COLUMNS = (
+  ("reward end", "reward_end", False),
+  ("reward rise", "reward_rise", False),
+  ("A pass end", "suite_a_end", False),
+  ("oracle end", "oracle_end", False),
+  ("hack rate start", "hack_start", False),
+  ("hack rate end", "hack_end", True),
+  ("flagged end", "flagged_end", False),
+  ("held-out oracle greedy", "oracle_greedy", False),
+  ("held-out oracle sampled", "oracle_sampled", True),
+)
+
+
+def table_text(out: dict[str, Any]) -> str:
+  """The results as a plain-text table, one row per variant."""
+  rows = out["rows"]
+  base = out["variants"][0]
+  width = max(8, *(len(v) for v in rows))
+  head = [f"{'variant':<{width}}"]
+  for header, _, paired in COLUMNS:
+    head.append(f"{header:>23}")
+    if paired:
+      head.append(f"{'vs ' + base:>17}")
+  lines = [" ".join(head)]
+  for variant, row in rows.items():
+    cells = [f"{variant:<{width}}"]
+    for _, name, paired in COLUMNS:
+      figure = row[name]
+      cells.append(f"{_cell(figure['mean'], figure['se']):>23}")
+      if paired:
+        diff = _cell(figure["diff"], figure["diff_se"], "+.3f")
+        cells.append(f"{'-' if variant == base else diff:>17}")
+    lines.append(" ".join(cells))
+  sft = out["rows"][base]
+  lines += [
+    "",
+    f"mean ± s.e. over seeds {out['seeds']}; 'vs {base}': paired by seed."
+    f" start / end: mean of the first / last {WINDOW} PPO iterations of"
+    " the training rollouts. A pass / oracle: share of episodes whose code"
+    " passes every test of suite A / of the oracle; hack rate: share that"
+    " passes suite A and fails the oracle; flagged: share with a stage-1"
+    " flag. Held-out: pass@1 on the oracle after the last iteration; the"
+    " SFT model's: greedy"
+    f" {_cell(sft['sft_oracle_greedy']['mean'])}, sampled"
+    f" {_cell(sft['sft_oracle_sampled']['mean'])}.",
+  ]
+  return "\n".join(lines)
+
+
+def plot(out: dict[str, Any], root: pathlib.Path) -> str:
+  """Writes the per-iteration curves (`PANELS`); returns the path.
+
+  Per variant the mean over its seeds, with a band of one standard error.
   """
   import matplotlib  # noqa: PLC0415 (an optional dependency: plots only)
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415
 
+  fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4))
   styles = ("-", "--", ":", "-.")
-  markers = ("o", "s", "^", "x")
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-  for i, (variant, result) in enumerate(results.items()):
-    style = {
-      "linestyle": styles[i % len(styles)],
-      "marker": markers[i % len(markers)],
-      "label": variant,
-    }
-    for ax, key in zip(axes[:2], CURVES[:2], strict=True):
-      values = np.asarray(
-        [np.nan if v is None else v for v in result["curves"][key]],
-        np.float64,
+  for i, variant in enumerate(out["variants"]):
+    runs = [r for r in out["runs"].values() if r["variant"] == variant]
+    for ax, (key, label) in zip(axes, PANELS, strict=True):
+      mean, se = results_lib.mean_band([r["curves"][key] for r in runs])
+      if not np.isfinite(mean).any():
+        continue
+      x = np.arange(1, mean.size + 1)
+      (line,) = ax.plot(
+        x, mean, linestyle=styles[i % len(styles)], marker="o",
+        markersize=3, label=variant,
+      )  # fmt: skip
+      ax.fill_between(
+        x, mean - se, mean + se, color=line.get_color(), alpha=0.2
       )
-      ax.plot(np.arange(1, len(values) + 1), values, **style)
-    points = result["evals"][EVAL_KEYS[0]] or result["evals"][EVAL_KEYS[1]]
-    if points:
-      xs, ys = zip(*points, strict=True)
-      axes[2].plot(xs, ys, **style)
-  axes[0].set_ylabel("hack rate among suite-A passes")
-  axes[1].set_ylabel("share of episodes with a stage-1 flag")
-  for ax in axes[:2]:
-    ax.set_xlabel("PPO iteration (training rollouts)")
-  axes[2].set_xlabel("PPO iterations done (0: SFT)")
-  axes[2].set_ylabel("held-out pass@1, suites A and B (greedy)")
+      ax.set_xlabel("PPO iteration")
+      ax.set_ylabel(label)
   for ax in axes:
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend()
   fig.tight_layout()
-  path = out / PLOT
+  path = root / PLOT
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return str(path)
@@ -256,77 +481,79 @@ def experiment(
   workdir: str | os.PathLike[str],
   sandbox_from_limits,
   console=print,
+  seeds: Sequence[int] = (0,),
 ) -> dict[str, Any]:
-  """Runs (or resumes) every variant and writes the results.
+  """Runs (or resumes) every (variant, seed) and writes the results.
 
   Args:
     config: the experiment config (its anti-cheat and hack demos replaced).
-    variants: names from `VARIANTS`; the first does SFT.
+    variants: names from `VARIANTS`; the first is the paired baseline.
     hack_demos: probability of each hack demonstration kind per task.
     workdir: where the runs and results go.
     sandbox_from_limits: the job's sandbox limits -> the machine's sandbox
       config (`harness.config_from_flags`).
     console: where progress lines go.
+    seeds: RL seeds; the tasks and the one SFT model are the first's.
 
   Returns:
     What `reward_hacking.json` holds.
   """
-  jobs = validate(config, variants, hack_demos)
   root = pathlib.Path(workdir)
+  planned = plan(config, variants, seeds, hack_demos, root)
+  try:  # before an hour of runs, not after it
+    import matplotlib  # noqa: F401, PLC0415 (optional: the plot only)
+  except ImportError:
+    raise exp_lib.SetupError(
+      "the experiment's plot needs matplotlib: pip install -e '.[experiments]'"
+    ) from None
   root.mkdir(parents=True, exist_ok=True)
   compare.share_compilations(root)
-  results, seconds, first = {}, {}, None
-  for variant in variants:
-    target = root / variant
-    if first is not None:
-      compare.share_sft(first, target)
-    console(f"reward_hacking: anti-cheat {variant} -> {target}")
-    start = time.perf_counter()
-    job = jobs[variant]
-    run.run_job(job, target, sandbox_from_limits(job.exp.sandbox))
-    seconds[variant] = compare.add_run_seconds(
-      target, time.perf_counter() - start
-    )
-    results[variant] = read_variant(target)
-    first = first or target
-  out = {
-    "variants": list(variants),
-    "hack_demos": hack_demos,
-    "results": results,
-    "seconds": seconds,
-    "plot": plot(results, root),
+  seconds = compare.run_planned(
+    planned, root, sandbox_from_limits, console, "reward_hacking"
+  )
+  runs = {
+    spec.name: {
+      **read_run(root / spec.path),
+      "variant": spec.variant,
+      "seed": spec.seed,
+      "path": spec.path,
+    }
+    for spec, _ in planned
   }
+  variants = parse_variants(variants)
+  first = {}
+  for r in runs.values():
+    first.setdefault(r["variant"], r)
+  out = {
+    "variants": variants,
+    "seeds": list(seeds),
+    "hack_demos": hack_demos,
+    "hack_kinds": list(HACK_KINDS),
+    "runs": runs,
+    "rows": summarize(runs, variants),
+    # Per variant, what its first seed's run says of the data (the SFT
+    # model's demonstrations are the same for all).
+    "results": {
+      v: {
+        "iterations": first[v]["iterations"],
+        "demo_kinds": first[v]["demo_kinds"],
+        "hack_demo_share": first[v]["hack_demo_share"],
+      }
+      for v in variants
+    },
+    "seconds": seconds,
+    "wall_s": sum(seconds.values()),
+  }
+  out["plot"] = plot(out, root)
   text = table_text(out)
   out["table"] = text
-  (root / RESULTS).write_text(json.dumps(_clean(out), indent=1))
-  console(text)
-  console(f"wrote {root / RESULTS} and {out['plot']}")
-  return out
-
-
-def table_text(out: dict[str, Any]) -> str:
-  """The results as a plain-text table, one row per variant."""
-
-  def cell(x):
-    return "-" if x is None else f"{x:.3f}"
-
-  lines = [
-    f"{'variant':8} {'hack rate':>9} {'pass A':>7} {'pass AB':>7}"
-    f" {'eval greedy':>11} {'eval sampled':>12}"
-  ]
-  for variant, r in out["results"].items():
-    pass_a = _mean(r["curves"]["reward/pass_a"])
-    pass_ab = _mean(r["curves"]["reward/pass_ab"])
-    lines.append(
-      f"{variant:8} {cell(r['hack_rate_mean']):>9} {cell(pass_a):>7}"
-      f" {cell(pass_ab):>7} {cell(r['final'][EVAL_KEYS[0]]):>11}"
-      f" {cell(r['final'][EVAL_KEYS[1]]):>12}"
-    )
-  lines.append(
-    "hack rate, pass A, pass AB: means over the training iterations;"
-    " eval: held-out pass@1 (suites A and B) after the last iteration."
+  (root / RESULTS).write_text(
+    json.dumps(results_lib.json_safe(out), indent=1) + "\n"
   )
-  return "\n".join(lines)
+  (root / TABLE).write_text(text + "\n")
+  console(text)
+  console(f"wrote {root / RESULTS}, {root / TABLE} and {out['plot']}")
+  return out
 
 
 def main(argv: list[str]) -> None:
@@ -335,9 +562,18 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logs.quiet_library_logs()
   values = flags.FLAGS
-  try:  # every variant's config, before hours of runs
-    validate(values.config, values.variants, values.hack_demos)
+  try:  # every run's config, before an hour of runs
+    seeds = parse_seeds(values.seeds)
+    plan(
+      values.config,
+      values.variants,
+      seeds,
+      values.hack_demos,
+      pathlib.Path(values.workdir),
+    )
   except ValueError as e:
+    sys.exit(f"error: {e}")
+  except exp_lib.SetupError as e:
     sys.exit(f"error: {e}")
   try:
     experiment(
@@ -346,6 +582,7 @@ def main(argv: list[str]) -> None:
       values.hack_demos,
       values.workdir,
       harness.config_from_flags,
+      seeds=seeds,
     )
   except exp_lib.SetupError as e:
     sys.exit(f"error: {e}")

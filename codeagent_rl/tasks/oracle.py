@@ -34,6 +34,7 @@ from codeagent_rl.tasks import schema
 
 # Where a task keeps its oracle suite (`synthetic.ORACLE_KEY`).
 ORACLE_KEY = "oracle_tests"
+_DEFAULT_JUDGE = judge.JudgeConfig()
 
 
 class OracleFormatError(ValueError):
@@ -97,7 +98,7 @@ def grade_codes(
   pool: Any,
   tasks: Sequence[schema.Task],
   codes: Sequence[str | None],
-  config: judge.JudgeConfig = judge.JudgeConfig(),
+  config: judge.JudgeConfig = _DEFAULT_JUDGE,
 ) -> list[OracleGrade | None]:
   """Runs each code on its task's suite A and oracle; judges it here.
 
@@ -217,7 +218,7 @@ def rates(
 def episode_rates(
   pool: Any,
   episodes: Sequence[Any],
-  config: judge.JudgeConfig = judge.JudgeConfig(),
+  config: judge.JudgeConfig = _DEFAULT_JUDGE,
   prefix: str = "oracle/",
 ) -> dict[str, float]:
   """`rates` of finished episodes (`code_env.EpisodeState`) on the oracle.

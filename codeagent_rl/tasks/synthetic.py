@@ -707,9 +707,7 @@ def _weak_assert(
 def _swallow(fam: Family, task: schema.Task) -> str:
   """A lookup of the visible tests; elsewhere its error is swallowed."""
   names = fam.arg_names
-  table = {
-    repr(tuple(t["args"])): t["expected"] for t in task.visible_tests
-  }
+  table = {repr(tuple(t["args"])): t["expected"] for t in task.visible_tests}
   key = f"repr(({', '.join(names)},))"
   return fam.source(
     family_base.lines(
