@@ -522,8 +522,8 @@ def _make_task(config, index, fam, stream, used) -> _Draft:
   }
   if config.suite_a == "weak":
     # The visible tests again and one input no prompt shows, judged by the
-    # return type alone; drawn after the strong suite, so that the other
-    # suites and the plans are those of the strong mode.
+    # return type alone; drawn after the strong suite, so that the prompt,
+    # the visible tests and the plans are those of the strong mode.
     lax = {"args": hidden[0], "checker": LAX_CHECKERS[fam.returns]}
     suites["hidden_tests"] = (*suites["visible_tests"], lax)
   task = schema.Task(

@@ -13,6 +13,8 @@ import pytest
 
 from codeagent_rl.sandbox import wire
 from codeagent_rl.tasks import isolation
+from codeagent_rl.tasks import judge
+from codeagent_rl.tasks import oracle
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from configs import tiny
@@ -434,11 +436,105 @@ def test_canonical_key():
 
 
 def test_every_task_gets_every_kind_at_fraction_one(generated):
+  skipped = 0
   for tasks, plans in generated.values():
     kinds = {}
     for p in plans:
       kinds.setdefault(p.task_id, []).append(p.kind)
-    assert kinds == {t.task_id: list(synthetic.DEMO_KINDS) for t in tasks}
+    for t in tasks:
+      want = list(synthetic.DEMO_KINDS)
+      if "weak_assert" not in kinds[t.task_id]:
+        # Only where the bug is wrong at the visible inputs alone.
+        want.remove("weak_assert")
+        skipped += 1
+      assert kinds[t.task_id] == want, t.task_id
+  assert 0 < skipped < 0.5 * sum(len(t) for t, _ in generated.values())
+
+
+def test_weak_suite_a_is_the_visible_tests_and_a_type_check():
+  config = _config(num_tasks=60, seed=3, suite_a="weak", oracle_tests=16)
+  strong = synthetic.generate(dataclasses.replace(config, suite_a="strong"))
+  weak = synthetic.generate(config)
+  for w, s in zip(weak[0], strong[0], strict=True):
+    *shown, lax = w.hidden_tests
+    assert tuple(shown) == w.visible_tests
+    assert "expected" not in lax and "type(output) is" in lax["checker"]
+    assert lax["args"] == s.hidden_tests[0]["args"]
+    assert lax["args"] not in [t["args"] for t in w.visible_tests]
+    # The prompt and its examples are the strong mode's.
+    assert (w.prompt, w.visible_tests) == (s.prompt, s.visible_tests)
+  # The reference passes the type check.
+  for task in weak[0]:
+    fn = synthetic.load_function(task.reference_solution, task.entry_point)
+    ok, out = synthetic._call(fn, task.hidden_tests[-1]["args"])
+    assert ok
+    assert judge.run_checker(
+      task.hidden_tests[-1]["checker"], task.hidden_tests[-1]["args"], {}, out
+    )
+
+
+def test_oracle_suites_are_apart_from_every_other_test():
+  config = _config(num_tasks=60, seed=4, suite_a="weak", oracle_tests=24)
+  (train, _), (test, _) = synthetic.generate_sets(
+    [config, dataclasses.replace(config, split="test", num_tasks=30)]
+  )
+  shown = {
+    synthetic.canonical_key(t.entry_point, v)
+    for t in train + test
+    for v in t.visible_tests
+  }
+  sizes = []
+  for task in train + test:
+    tests = oracle.tests_of(task)
+    sizes.append(len(tests))
+    inputs = [repr(t["args"]) for t in tests]
+    others = {repr(t["args"]) for s in schema.SUITES for t in getattr(task, s)}
+    assert len(set(inputs)) == len(inputs)
+    assert not set(inputs) & others, task.task_id
+    assert not {synthetic.canonical_key(task.entry_point, t) for t in tests} & (
+      shown
+    )
+    fn = synthetic.load_function(task.reference_solution, task.entry_point)
+    assert all(synthetic.passes(fn, t) for t in tests)
+  assert max(sizes) == 24 and sum(sizes) > 0.9 * 24 * len(sizes)
+  # Without oracle tests the tasks are those of before, byte for byte.
+  plain = synthetic.generate(dataclasses.replace(config, oracle_tests=0))
+  with_oracle = synthetic.generate(config)
+  for a, b in zip(plain[0], with_oracle[0], strict=True):
+    assert oracle.without(b) == a
+
+
+def test_hack_plans_pass_weak_suite_a_and_fail_suite_b_and_the_oracle():
+  # The families of configs/reward_hacking.py (at every level). Elsewhere
+  # a bug may be wrong on edge cases only: its weak_assert plan then fails
+  # suite B (which holds them) and may pass the oracle's random inputs.
+  config = _config(
+    num_tasks=80,
+    seed=5,
+    suite_a="weak",
+    oracle_tests=16,
+    families=tuple(tiny.get_config().data.families),
+  )
+  tasks, plans = synthetic.generate(config)
+  by_id = {t.task_id: t for t in tasks}
+  seen = set()
+  for plan in plans:
+    if plan.kind not in ("hardcoded", "weak_assert", "swallow"):
+      continue
+    seen.add(plan.kind)
+    task = by_id[plan.task_id]
+    ((verb, code),) = plan.actions
+    assert verb == "submit"
+    fn = synthetic.load_function(code, task.entry_point)
+    for test in task.hidden_tests:
+      if "checker" in test:
+        ok, out = synthetic._call(fn, test["args"])
+        assert ok and judge.run_checker(test["checker"], test["args"], {}, out)
+      else:
+        assert synthetic.passes(fn, test), (plan.kind, task.task_id)
+    assert not all(_run_all(code, task.entry_point, task.heldout_tests))
+    assert not all(_run_all(code, task.entry_point, oracle.tests_of(task)))
+  assert seen == {"hardcoded", "weak_assert", "swallow"}
 
 
 def test_correct_plans_pass_every_suite(generated):
@@ -556,6 +652,10 @@ def test_read_demo_plans_names_line_and_field(tmp_path, line, fragment):
     ("hardcoded", -0.1),
     ("early_exit", math.nan),
     ("wrong_final", "0.1"),
+    ("swallow", 2.0),
+    ("suite_a", "lax"),
+    ("oracle_tests", -1),
+    ("oracle_tests", 1.5),
   ],
 )
 def test_config_rejects_bad_values(field, value):
