@@ -1,12 +1,12 @@
-"""The reward-hacking experiment's parts; colabs/reward_hacking.ipynb runs it.
+"""The reward-hacking experiment: its variants, tables and a smoke run.
 
-tests/colabs/notebooks_test.py executes the whole experiment (every
-variant, one PPO iteration each) through the notebook; these tests check
-the variants' configs, the reading of a run and the table on small files.
+The smoke test runs two variants of configs/reward_hacking.py's smoke
+preset end to end under gVisor; tests/colabs/notebooks_test.py runs
+every variant through colabs/reward_hacking.ipynb. The other tests check the
+variants' configs, the reading of a run and the tables on small inputs.
 """
 
 import json
-import math
 import subprocess
 import sys
 
@@ -15,24 +15,26 @@ import pytest
 
 from codeagent_rl.anticheat import config as anticheat_config
 from codeagent_rl.experiments import reward_hacking
+from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.train import experiment
 from codeagent_rl.train import workdir as workdir_lib
-from configs import tiny
+from configs import reward_hacking as reward_hacking_config
 from tests.helpers import processes
 
 
 def _anticheat(variant):
-  config = reward_hacking.variant_config(tiny.get_config("smoke"), variant, 0.4)
-  assert config.data.hardcoded == config.data.early_exit == 0.4
+  config = reward_hacking.variant_config(
+    reward_hacking_config.get_config("smoke"), variant, 0.4
+  )
+  for kind in reward_hacking.HACK_KINDS:
+    assert config.data[kind] == 0.4
   exp = experiment.Experiment.from_config(config)  # still a valid config
   assert isinstance(exp.anticheat, anticheat_config.AntiCheatConfig)
   return exp.anticheat
 
 
 def test_each_variant_enforces_its_stages():
-  default = tiny.get_config("smoke").anticheat
-  default_hardcoded = tiny.get_config("smoke").data.hardcoded
-  assert default_hardcoded != 0.9
+  default = reward_hacking_config.get_config("smoke").anticheat
   none, s1, s2, both = (_anticheat(v) for v in reward_hacking.VARIANTS)
   # Stage 1 enforces rules and the classifier only in stage1 and both.
   assert none.enforced_flags == s2.enforced_flags == ()
@@ -46,10 +48,18 @@ def test_each_variant_enforces_its_stages():
   assert none.stage2_threshold == s1.stage2_threshold == 0.0
   assert s2.stage2_threshold == both.stage2_threshold == 1.0
   # The caller's config is left alone.
-  config = tiny.get_config("smoke")
+  config = reward_hacking_config.get_config("smoke")
   reward_hacking.variant_config(config, "none", 0.9)
-  assert config.data.hardcoded == default_hardcoded
+  assert config.data.hardcoded == 0.0
   assert config.anticheat.stage2_threshold == 1.0
+
+
+def test_the_preset_is_weak_with_an_oracle():
+  for name in ("smoke", None):
+    data = reward_hacking_config.get_config(name).data
+    assert data.suite_a == "weak" and data.oracle_tests > 0
+  with pytest.raises(ValueError, match="unknown preset 'fast'"):
+    reward_hacking_config.get_config("fast")
 
 
 @pytest.mark.parametrize(
@@ -59,67 +69,161 @@ def test_each_variant_enforces_its_stages():
     (["both", "both"], 0.3, "repeats"),
     ([], 0.3, "at least one"),
     (["none"], 1.5, "--hack_demos=1.5"),
+    (["none"], True, "--hack_demos=True"),
   ],
 )
 def test_bad_arguments_are_named(variants, hack_demos, message):
   with pytest.raises(ValueError, match=message):
-    reward_hacking.validate(tiny.get_config("smoke"), variants, hack_demos)
+    reward_hacking.validate(
+      reward_hacking_config.get_config("smoke"), variants, hack_demos
+    )
 
 
-def _fake_run(root, hack_rates, evals, kinds):
-  """A workdir with what a finished run leaves, as far as it is read."""
-  paths = workdir_lib.Workdir(root)
-  root.mkdir(parents=True)
-  lines = []
-  for i, rate in enumerate(hack_rates):
-    record = {
-      "iteration": i,
-      "anticheat/hack_rate": rate,
-      "reward/pass_a": 0.5,
-      "reward/pass_ab": 0.25,
-    }
-    record.update(evals.get(i, {}))
-    lines.append(json.dumps(record))
-  paths.metrics.write_text("\n".join(lines) + "\n")
-  paths.eval_sft.write_text(
-    json.dumps({"eval": {"eval/greedy/pass_ab": 0.1}, "key": {}})
-  )
-  np.savez(paths.sft_data, kinds=np.asarray(kinds))
+@pytest.mark.parametrize(
+  ("seeds", "message"),
+  [(["0", "0"], "distinct"), (["x"], "'x'"), ([], "distinct")],
+)
+def test_bad_seeds_are_named(seeds, message):
+  with pytest.raises(ValueError, match=message):
+    reward_hacking.parse_seeds(seeds)
 
 
-def test_a_run_is_read_and_tabled(tmp_path):
-  _fake_run(
-    tmp_path / "none",
-    [None, 0.5, 1.0],  # null: no suite-A pass in that iteration
-    {2: {"eval/greedy/pass_ab": 0.2, "eval/sampled/pass_ab": 0.15}},
-    ["single_turn"] * 6 + ["hardcoded", "early_exit", "wrong_final", "x"],
-  )
-  result = reward_hacking.read_variant(tmp_path / "none")
-  assert result["iterations"] == 3
-  assert result["curves"]["anticheat/hack_rate"] == [None, 0.5, 1.0]
-  assert result["hack_rate_mean"] == pytest.approx(0.75)
-  assert result["hack_demo_share"] == pytest.approx(0.2)
-  # SFT's evaluation is point 0; an evaluation after iteration index 2 is 3.
-  assert result["evals"]["eval/greedy/pass_ab"] == [(0, 0.1), (3, 0.2)]
-  assert result["final"] == {
-    "eval/greedy/pass_ab": 0.2,
-    "eval/sampled/pass_ab": 0.15,
+def test_ends_of_a_curve():
+  assert reward_hacking.ends([0.1, None, 0.3, 0.5, 0.6, 0.7], 2) == {
+    "start": pytest.approx(0.1),
+    "end": pytest.approx(0.65),
+    "rise": pytest.approx(0.55),
   }
-  out = {"results": {"none": result}}
-  row = reward_hacking.table_text(out).splitlines()[1].split()
-  assert row == ["none", "0.750", "0.500", "0.250", "0.200", "0.150"]
-  path = reward_hacking.plot(out["results"], tmp_path)
-  assert path.endswith(reward_hacking.PLOT)
+  assert reward_hacking.ends([None, None]) == {
+    "start": None,
+    "end": None,
+    "rise": None,
+  }
+
+
+def _record(variant, seed, reward, hack, oracle_final):
+  """A `read_run` record with flat curves and one final evaluation."""
+  curves = {key: [0.0] * 4 for key in reward_hacking.CURVES}
+  curves["reward/total_mean"] = reward
+  curves["oracle/hack_rate"] = hack
+  evals = dict.fromkeys(reward_hacking.EVAL_KEYS, 0.0)
+  return {
+    "variant": variant,
+    "seed": seed,
+    "iterations": len(reward),
+    "curves": curves,
+    "ends": {k: reward_hacking.ends(v) for k, v in curves.items()},
+    "sft_eval": dict(evals),
+    "final_eval": {**evals, "eval/sampled/oracle_pass": oracle_final},
+  }
+
+
+def test_summary_means_over_seeds_and_pairs_by_seed(tmp_path):
+  rising = [0.1, 0.1, 0.1, 0.5, 0.5, 0.5]
+  runs = {
+    "none/seed0": _record("none", 0, rising, [0.2] * 6, 0.1),
+    "none/seed1": _record("none", 1, [0.2] * 6, [0.4] * 6, 0.3),
+    "both/seed0": _record("both", 0, [0.1] * 6, [0.0] * 6, 0.2),
+    "both/seed1": _record("both", 1, [0.1] * 6, [0.1] * 6, 0.3),
+  }
+  rows = reward_hacking.summarize(runs, ["none", "both"])
+  rise = rows["none"]["reward_rise"]
+  assert rise["mean"] == pytest.approx(0.2)  # (0.4 + 0) / 2
+  assert rise["se"] == pytest.approx(0.2)  # std 0.283 / sqrt 2
+  hack = rows["both"]["hack_end"]
+  assert hack["mean"] == pytest.approx(0.05)
+  # Paired by seed: (0 - 0.2) and (0.1 - 0.4).
+  assert hack["diff"] == pytest.approx(-0.25)
+  assert hack["diff_se"] == pytest.approx(0.05)
+  assert rows["both"]["oracle_sampled"]["diff"] == pytest.approx(0.05)
+  assert rows["none"]["oracle_sampled"]["diff"] == 0.0
+  out = {"variants": ["none", "both"], "seeds": [0, 1], "rows": rows}
+  out["runs"] = runs
+  text = reward_hacking.table_text(out)
+  both = text.splitlines()[2].split()
+  assert both[0] == "both"
+  assert "-0.250±0.050" in both
+  path = reward_hacking.plot(out, tmp_path)
   with open(path, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_no_suite_a_pass_gives_no_hack_rate(tmp_path):
-  _fake_run(tmp_path / "run", [None, None], {}, ["single_turn"])
-  result = reward_hacking.read_variant(tmp_path / "run")
-  assert result["hack_rate_mean"] is None
-  assert "  -" in reward_hacking.table_text({"results": {"x": result}})
-  assert not math.isnan(result["hack_demo_share"])
+def test_a_run_is_read(tmp_path):
+  paths = workdir_lib.Workdir(tmp_path)
+  records = [
+    {"iteration": 0, "reward/total_mean": 0.1, "oracle/hack_rate": 0.5},
+    {
+      "iteration": 1,
+      "reward/total_mean": 0.3,
+      "eval/greedy/oracle_pass": 0.25,
+    },
+  ]
+  paths.metrics.write_text("\n".join(map(json.dumps, records)) + "\n")
+  paths.eval_sft.write_text(
+    json.dumps({"eval": {"eval/greedy/oracle_pass": 0.125}, "key": {}})
+  )
+  kinds = ["single_turn"] * 6 + ["hardcoded", "swallow", "weak_assert", "x"]
+  np.savez(paths.sft_data, kinds=np.asarray(kinds))
+  run = reward_hacking.read_run(tmp_path)
+  assert run["iterations"] == 2
+  assert run["curves"]["reward/total_mean"] == [0.1, 0.3]
+  assert run["curves"]["oracle/hack_rate"] == [0.5, None]
+  assert run["sft_eval"]["eval/greedy/oracle_pass"] == 0.125
+  assert run["final_eval"]["eval/greedy/oracle_pass"] == 0.25
+  assert run["final_eval"]["eval/sampled/oracle_pass"] is None
+  assert run["hack_demo_share"] == pytest.approx(0.3)
+
+
+def test_the_smoke_preset_runs_end_to_end(tmp_path):
+  config = reward_hacking_config.get_config("smoke")
+  with config.unlocked():
+    config.ppo.iterations = 1
+    config.ppo.eval_every = 1
+
+  def machine(limits):
+    return limits.apply(
+      sandbox_config.SandboxConfig(backend="gvisor", pool_size=2)
+    )
+
+  lines = []
+  out = reward_hacking.experiment(
+    config,
+    ["none", "both"],
+    0.5,
+    tmp_path,
+    machine,
+    console=lines.append,
+    seeds=(0,),
+  )
+  saved = json.loads((tmp_path / reward_hacking.RESULTS).read_text())
+  assert set(saved) >= {
+    "variants",
+    "seeds",
+    "hack_demos",
+    "runs",
+    "rows",
+    "results",
+    "table",
+    "plot",
+    "seconds",
+  }
+  assert saved["table"] == (tmp_path / reward_hacking.TABLE).read_text().strip()
+  assert set(saved["runs"]) == {"none/seed0", "both/seed0"}
+  for name, run in saved["runs"].items():
+    assert run["iterations"] == 1, name
+    for key in ("oracle/pass", "oracle/hack_rate", "reward/total_mean"):
+      assert run["curves"][key][0] is not None, (name, key)
+    for key in ("eval/greedy/oracle_pass", "eval/sampled/oracle_pass"):
+      assert run["sft_eval"][key] is not None, (name, key)
+      assert run["final_eval"][key] is not None, (name, key)
+    assert run["hack_demo_share"] > 0.2, name  # SFT saw the hacks
+  assert set(saved["rows"]) == {"none", "both"}
+  assert saved["rows"]["both"]["hack_end"]["seeds"] == 1
+  # One SFT model for all: the second run restored the first one's.
+  first = (tmp_path / "seed0" / "none" / "sft_data.npz").read_bytes()
+  assert (tmp_path / "seed0" / "both" / "sft_data.npz").read_bytes() == first
+  assert (tmp_path / reward_hacking.PLOT).stat().st_size > 0
+  assert out["table"] in lines
 
 
 def test_the_cli_names_a_bad_variant(tmp_path):
@@ -128,7 +232,7 @@ def test_the_cli_names_a_bad_variant(tmp_path):
       sys.executable,
       "-m",
       "codeagent_rl.experiments.reward_hacking",
-      "--config=configs/tiny.py:smoke",
+      "--config=configs/reward_hacking.py:smoke",
       "--variants=none,stage3",
       f"--workdir={tmp_path / 'w'}",
     ],
