@@ -24,13 +24,25 @@ configs/tiny.py's 1096 tasks 10,657 of 34,385 tests were such copies
 (`sign(0) == -1` is shown by many prompts); replacing them leaves every
 suite its size.
 
+With `suite_a="weak"` suite A is instead the visible tests again plus
+one input no prompt shows, judged by a checker that accepts any value of
+the return type (`LAX_CHECKERS`), as the original HumanEval's tests often
+were; suite B stays as it is. With `oracle_tests=N` each task gets an
+oracle suite of up to N more tests in `metadata["oracle_tests"]`, drawn
+last from the task's own stream: no input of another suite, no visible
+test of any task. Only metrics read it (`tasks/oracle.py`).
+
 Demonstration plans (`DemoPlan`) are action sequences for SFT; the
 environment renders the observations later. Kinds: `single_turn` (submit the
 reference), `multi_turn` (run the bug on the visible tests, then submit the
-reference), and three flawed kinds for RL to improve on: `wrong_final`
-(submit the bug), `hardcoded` (an if-ladder over the visible tests with a
-wrong fallback) and `early_exit` (`sys.exit(0)` at module top or inside the
-function). Each task gets a plan of each kind with the probability set in
+reference), and flawed kinds for RL to improve on: `wrong_final` (submit
+the bug), `hardcoded` (an if-ladder over the visible tests with a constant
+fallback of the return type), `early_exit` (`sys.exit(0)` at module top or
+inside the function), `weak_assert` (the bug with the visible inputs it
+fails special-cased; none where that passes suite B) and `swallow` (a
+lookup of the visible tests whose error elsewhere is caught and answered
+with a constant of the return type). The last three pass a weak suite A.
+Each task gets a plan of each kind with the probability set in
 `SyntheticConfig`.
 
 Task i's prompt, reference, visible tests and plans depend only on the

@@ -215,14 +215,17 @@ def test_reward_hacking_runs_every_variant(tmp_path):
     assert result["iterations"] == 1, variant
     assert result["hack_demo_share"] > 0.2, variant  # SFT saw the hacks
     # Each variant trained with its own anti-cheat.
-    config = json.loads((workdir / variant / "config.json").read_text())
+    config = json.loads(
+      (workdir / "seed0" / variant / "config.json").read_text()
+    )
+    assert config["data"]["suite_a"] == "weak", variant
     enforced = config["anticheat"]["enforced_flags"]
     assert bool(enforced) == (variant in ("stage1", "both")), variant
     assert (config["anticheat"]["stage2_threshold"] > 0) == (
       variant in ("stage2", "both")
     )
   # One SFT for all: the later variants restored the first one's.
-  first = (workdir / "none" / "sft_data.npz").read_bytes()
-  assert (workdir / "both" / "sft_data.npz").read_bytes() == first
+  first = (workdir / "seed0" / "none" / "sft_data.npz").read_bytes()
+  assert (workdir / "seed0" / "both" / "sft_data.npz").read_bytes() == first
   assert images_of(nb) == 1
   assert "hack rate" in text_of(nb)
