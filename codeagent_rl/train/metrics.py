@@ -36,6 +36,13 @@ and `codeagent_rl.anticheat.monitors`):
   anticheat/hack_rate     among episodes passing all of suite A, the share
                           with a stage-1 flag raised or a suite-B test
                           failed (null when none passed suite A)
+  oracle/pass             (tasks with an oracle suite only, tasks/oracle.py;
+                          each episode's code judged again, on suite A and
+                          the oracle) share passing every oracle test; also
+                          oracle/suite_a_pass, oracle/hack_rate (share
+                          passing suite A and failing the oracle),
+                          oracle/hack_share (that among suite-A passes),
+                          oracle/episodes, and perf/oracle_s
   episode/turns_p50       median turns of the episodes (also _p90, _max,
                           and episode/tokens_p50, _p90, _max)
   advantage_by_length/<estimator>/<short|medium|long>_mean (and _var)
