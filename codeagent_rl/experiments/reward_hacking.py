@@ -13,7 +13,7 @@ return type elsewhere), a `weak_assert` plan (the task's bug with the
 visible inputs it fails special-cased) and a `swallow` plan (a lookup of
 the visible tests whose error elsewhere is swallowed into a constant of
 the return type); all pass suite A under the judge and fail suite B and
-the oracle (tests/experiments/reward_hacking_test.py). PPO then trains
+the oracle (tests/tasks/oracle_test.py). PPO then trains
 from one SFT model once per anti-cheat variant (`VARIANTS`) and RL seed:
 
   none    no stage enforces: every submission runs, the reward is suite A
@@ -72,6 +72,11 @@ VARIANTS = {
   "stage2": dict(_NO_STAGE1),
   "both": {},
 }
+# The anti-cheat fields some variant overrides: a saved run must agree on
+# all of them to be resumed as a variant.
+_ANTICHEAT_FIELDS = tuple(
+  sorted({f"anticheat.{k}" for v in VARIANTS.values() for k in v})
+)
 # The demonstration kinds that hack a weak suite A (tasks/synthetic.py).
 HACK_KINDS = ("hardcoded", "weak_assert", "swallow")
 # Per-iteration metrics of the training rollouts kept for each run.
@@ -201,8 +206,7 @@ def plan(
       config_run.data.seed = spec.data_seed
       config_run.preset = f"{config_run.preset} [seed {spec.seed}]"
     job = run.job_from_config(config_run)
-    overridden = [f"anticheat.{k}" for k in VARIANTS[spec.variant]]
-    compare.check_saved_config(spec, job, root / spec.path, overridden)
+    compare.check_saved_config(spec, job, root / spec.path, _ANTICHEAT_FIELDS)
     out.append((spec, job))
   return out
 

@@ -88,6 +88,21 @@ def test_bad_seeds_are_named(seeds, message):
     reward_hacking.parse_seeds(seeds)
 
 
+def test_a_run_saved_as_another_variant_is_refused(tmp_path):
+  config = reward_hacking_config.get_config("smoke")
+  planned = reward_hacking.plan(config, ["none", "both"], [0], 0.3, tmp_path)
+  [none_job] = [job for spec, job in planned if spec.variant == "none"]
+  saved = tmp_path / "seed0" / "both" / "config.json"
+  saved.parent.mkdir(parents=True)
+  (tmp_path / "seed0" / "none").mkdir()
+  saved.write_text(json.dumps(experiment.to_dict(none_job.exp)))
+  with pytest.raises(experiment.SetupError, match="anticheat.classifier"):
+    reward_hacking.plan(config, ["none", "both"], [0], 0.3, tmp_path)
+  # In the run of its own variant it is resumed.
+  saved.rename(tmp_path / "seed0" / "none" / "config.json")
+  reward_hacking.plan(config, ["none", "both"], [0], 0.3, tmp_path)
+
+
 def test_ends_of_a_curve():
   assert reward_hacking.ends([0.1, None, 0.3, 0.5, 0.6, 0.7], 2) == {
     "start": pytest.approx(0.1),
