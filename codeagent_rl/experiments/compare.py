@@ -282,7 +282,8 @@ def check_saved_config(
   if not path.exists():
     return
   saved = json.loads(path.read_text())
-  planned = exp_lib.to_dict(job.exp)
+  # As config.json holds it (tuples become lists), to compare equal.
+  planned = json.loads(json.dumps(exp_lib.to_dict(job.exp), default=str))
   saved_data = (saved.get("data") or {}).get("seed")
   pairs = [
     (
