@@ -17,7 +17,9 @@ demonstrations' probabilities from `--hack_demos`.
 
 Presets (the part after the colon):
   default   the full experiment: one SFT model, 4 variants x 3 seeds of
-            PPO in about an hour on 2 cores (docs/reward_hacking.md)
+            PPO; sized from configs/tiny.py's timings for about an hour
+            on 2 cores, it took ~2 hours where other jobs shared them
+            (docs/reward_hacking.md)
   smoke     the smallest settings, used by tests (under 2 minutes)
 """
 
