@@ -8,33 +8,46 @@
 # It writes benchmarks/results/hf_ppo_bench_gpu.json and exits non-zero if
 # a part of the benchmark crashed or a test failed.
 #
-# Time: the install comes first and is not counted (it depends on the
-# network and on what is already there); the checks after it stop within
-# GPU_CHECK_BUDGET_S (480 s by default): the benchmark gets BENCH_BUDGET_S
-# (300 s; a part that does not fit becomes a "timeout" or "skipped" row of
-# the JSON), the tests what is left. Nothing but pip uses the network.
+# Time: the set-up comes first and is not counted; the checks after it stop
+# within GPU_CHECK_BUDGET_S (480 s by default): the benchmark gets
+# BENCH_BUDGET_S (300 s; a part that does not fit becomes a "timeout" or
+# "skipped" row of the JSON), the tests what is left.
+#
+# The lent GPU machine reaches no package registry. It comes with Python
+# 3.12 and JAX 0.11 with CUDA, flax, optax, orbax-checkpoint, chex, absl-py,
+# transformers and torch, but not ml-collections or tensorboardX: those
+# travel as pure-Python wheels in GPU_CHECK_WHEELS (default .whl/ in the
+# repository; made on a machine with pip by
+#   python3 -m pip download --no-deps --only-binary=:all: -d .whl \
+#     ml-collections==1.1.0 tensorboardX==2.6.5
+# ) and are unpacked with --no-index into a scratch directory. The project
+# itself is not installed: the repository root goes on PYTHONPATH, so the
+# installed JAX is used even where it is newer than setup.py's range.
 #
 # Environment:
-#   GPU_CHECK_INSTALL  auto (default): pip install unless JAX already sees a
-#                      GPU; always; never.
-#   JAX_CUDA_EXTRA     the jax extra to install: cuda12 or cuda13 (jax
-#                      0.10.x has both; default: cuda13 when the driver
-#                      supports CUDA 13, else cuda12).
+#   GPU_CHECK_INSTALL  auto (default): use what is installed plus the
+#                      wheels; pip: pip install the project with jax[cuda]
+#                      from the network (a machine that reaches PyPI).
+#   GPU_CHECK_WHEELS   the folder of wheels for `auto` (default .whl).
+#   JAX_CUDA_EXTRA     for `pip`: cuda12 or cuda13 (default: cuda13 when
+#                      the driver supports CUDA 13, else cuda12).
+#   PYTHON             the interpreter (default python3).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 nvidia-smi
 
-# --- Install ------------------------------------------------------------------
+# --- Set-up -------------------------------------------------------------------
 
+py="${PYTHON:-python3}"
 sees_gpu() {
-  python -c 'import jax, sys; sys.exit(jax.default_backend() != "gpu")' \
+  "${py}" -c 'import jax, sys; sys.exit(jax.default_backend() != "gpu")' \
     2>/dev/null
 }
 
 install="${GPU_CHECK_INSTALL:-auto}"
-if [[ "${install}" == "always" ]] || { [[ "${install}" == "auto" ]] && ! sees_gpu; }; then
+if [[ "${install}" == "pip" ]]; then
   # "CUDA Version: 12.8" in nvidia-smi's header is the newest CUDA the
   # driver runs; CUDA 13 wheels need a driver that says 13 or more.
   driver_cuda="$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -n 1)"
@@ -42,10 +55,31 @@ if [[ "${install}" == "always" ]] || { [[ "${install}" == "auto" ]] && ! sees_gp
   echo "gpu_check: installing with jax[${extra}] (driver CUDA ${driver_cuda:-?})"
   start=${SECONDS}
   # The same jax range as setup.py, so the extra cannot pull another jax.
-  python -m pip install -e '.[test]' "jax[${extra}]>=0.10,<0.11"
+  "${py}" -m pip install -e '.[test]' "jax[${extra}]>=0.10,<0.11"
   echo "gpu_check: install took $((SECONDS - start)) s"
+elif [[ "${install}" == "auto" ]]; then
+  wheels="${GPU_CHECK_WHEELS:-.whl}"
+  site="$(mktemp -d /tmp/gpu_check_site.XXXXXX)"
+  if compgen -G "${wheels}/*.whl" >/dev/null; then
+    "${py}" -m pip install -q --no-index --no-deps --no-compile \
+      --target "${site}" "${wheels}"/*.whl
+  fi
+  export PYTHONPATH="${PWD}:${site}${PYTHONPATH:+:${PYTHONPATH}}"
+  missing="$("${py}" -c '
+import importlib.util
+need = ("ml_collections", "tensorboardX", "flax", "optax", "orbax.checkpoint",
+        "chex", "absl", "transformers", "torch", "pytest", "xdist")
+print(" ".join(m for m in need if importlib.util.find_spec(m) is None))')"
+  if [[ -n "${missing}" ]]; then
+    echo "gpu_check: missing modules: ${missing}; put their wheels in" \
+      "${wheels}/ (see the top of this script)." >&2
+    exit 1
+  fi
+else
+  echo "gpu_check: GPU_CHECK_INSTALL=${install}: expected auto or pip." >&2
+  exit 2
 fi
-python -c 'import jax; print("jax", jax.__version__, jax.devices())'
+"${py}" -c 'import jax, flax, optax; print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__, jax.devices())'
 if ! sees_gpu; then
   echo "gpu_check: JAX sees no GPU; stopping." >&2
   exit 1
@@ -71,9 +105,9 @@ run_bench() {
     --out=benchmarks/results/hf_ppo_bench_gpu.json
     --budget_s="$((bench_deadline - SECONDS))"
   )
-  XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONPATH=. \
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 \
     timeout --kill-after=10 "$((bench_deadline - SECONDS + 30))" \
-    python benchmarks/hf_ppo_bench.py "${args[@]}"
+    "${py}" benchmarks/hf_ppo_bench.py "${args[@]}"
 }
 run_bench || { echo "gpu_check: benchmark exit $?" >&2; status=1; }
 
@@ -106,7 +140,7 @@ fi
 JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
   XLA_PYTHON_CLIENT_PREALLOCATE=false \
   timeout --kill-after=10 "${left}" \
-  python -m pytest -n 4 -q "${tests[@]}" "${mesh_tests[@]/#/--deselect=}" \
+  "${py}" -m pytest -n 4 -q "${tests[@]}" "${mesh_tests[@]/#/--deselect=}" \
   || { echo "gpu_check: tests exit $?" >&2; status=1; }
 
 echo "gpu_check: done in $((SECONDS - deadline + budget)) s of ${budget} s (exit ${status})"
