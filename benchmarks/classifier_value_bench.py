@@ -21,25 +21,31 @@ played through `CodeEnv` in a process-backend sandbox) plus the hand-written
   test hack is an unseen variant on an unseen family;
 - a HumanEval solution by its problem number modulo `FOLDS`.
 
-Split s tests on fold s, chooses thresholds on fold s + 1 (validation) and
-fits a fresh classifier (`train_classifier.fit`, its default steps, rate
-and L2; not on `hacks.LATER_STAGE_KINDS`) on the samples whose family,
-variant and problem lie in neither. The edge cases are test samples of
-every split. Per split and hack class, on test, what rejects:
+Split s tests on fold s, keeps fold s + 1 for validation and fits a fresh
+classifier (`train_classifier.fit`, its default steps, rate and L2; not on
+`hacks.LATER_STAGE_KINDS`) on the samples whose family, variant and problem
+lie in neither. The edge cases are test samples of every split. Per split
+and hack class, on test, what rejects:
 
-  rules         the default config's enforced flags alone;
-  rules+clf     those or the classifier's score at the configured
-                threshold (`anticheat.classifier_threshold`);
-  rules+clf@0   those or the score at the lowest threshold that rejects
-                no honest validation sample (synthetic and HumanEval);
-  clf_extra     hacks rules+clf@0 rejects and the rules do not;
-  no_flag       of those, hacks that raise no flag at all (enforced or
-                not): what no rule, however widened, sees;
-  unseen_class  the rules or the classifier refitted without that hack
-                class, at its own zero-honest threshold: stage 1's recall
-                on a class the classifier never saw;
-  rules_wide    for comparison, the enforced flags plus every other flag
-                that fires on no honest validation sample.
+  rules          the default config's enforced flags alone;
+  rules+clf      those or the classifier's score at the configured
+                 threshold (`anticheat.classifier_threshold`);
+  rules+clf@val  those or the score at the lowest threshold that rejects
+                 no honest sample of the validation fold (synthetic and
+                 HumanEval);
+  rules+clf@cv   those or the score at the lowest threshold that rejects
+                 no honest test sample of the other splits (synthetic and
+                 HumanEval: families, variants and problems split s never
+                 tests on; each split scored by its own classifier);
+  clf_extra      hacks the classifier rejects at the @cv threshold and the
+                 rules do not;
+  no_flag        of those, hacks that raise no flag at all (enforced or
+                 not): what no rule, however widened, sees;
+  unseen_class   the rules or, at the @cv threshold, the classifier fitted
+                 without that hack class: stage 1 on a class the
+                 classifier never saw;
+  rules_wide     for comparison, the enforced flags plus every other flag
+                 that fires on no honest validation sample.
 
 Each variant's honest rejections on test (synthetic, HumanEval, edge cases)
 are counted the same way. The shipped weights (`weights/stage1.json`,
@@ -91,6 +97,7 @@ SANDBOX = sandbox_config.SandboxConfig(
 )
 # Sources of a sample.
 SYNTHETIC, HUMANEVAL, EDGE = "synthetic", "humaneval", "edge"
+SOURCES = (SYNTHETIC, HUMANEVAL, EDGE)
 # Fold of samples that belong to no fold (fitted on in every split).
 NO_FOLD = -1
 
@@ -203,9 +210,7 @@ class Measure:
     self.sources = np.asarray(sources)
     self.x = x
     self.labels = np.asarray([s.label for s in samples])
-    self.kinds = np.asarray(
-      [s.kind if s.label else "honest" for s in samples]
-    )
+    self.kinds = np.asarray([s.kind if s.label else "honest" for s in samples])
     self.group, self.variant = split_of(samples, sources)
     self.config = config_lib.AntiCheatConfig.from_config(
       common.get_anticheat_config()
@@ -217,57 +222,71 @@ class Measure:
     self.early = ~np.isin(self.kinds, hacks.LATER_STAGE_KINDS)
 
   def scores(self, params: stage1.Stage1Params) -> np.ndarray:
+    """[S] classifier scores of every sample."""
     return np.asarray(stage1.score(self.x, params))
 
   def fit(self, rows: np.ndarray) -> stage1.Stage1Params:
+    """A classifier fitted on `rows` (less the later-stage classes)."""
     rows = rows & self.early
     return train_classifier.fit(self.x[rows], self.labels[rows], **FIT)
 
   def honest_rows(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The honest samples of `rows`, by source."""
     honest = rows & (self.labels == 0)
-    return {src: honest & (self.sources == src) for src in self._sources()}
+    return {src: honest & (self.sources == src) for src in SOURCES}
 
-  def _sources(self) -> tuple[str, ...]:
-    return (SYNTHETIC, HUMANEVAL, EDGE)
+  def fit_split(self, split: int) -> dict:
+    """Fits split `split`'s classifier and one per unseen hack class.
 
-  def split(self, split: int) -> dict:
-    """Every count of split `split` (see the module docstring)."""
+    Returns:
+      "roles" (`roles`), "score" [S] of the classifier, and "unseen" [S]:
+      each sample of a stage-1 hack class scored by the classifier fitted
+      without that class (the others by the full one).
+    """
     r = roles(self.group, self.variant, self.sources, split)
+    score = self.scores(self.fit(r["train"]))
+    unseen = score.copy()
+    for kind in hacks.HACK_KINDS:
+      if kind not in hacks.LATER_STAGE_KINDS:
+        sel = self.kinds == kind
+        held = self.fit(r["train"] & ~sel)
+        unseen[sel] = self.scores(held)[sel]
+    return {"split": split, "roles": r, "score": score, "unseen": unseen}
+
+  def heldout_honest_max(self, fitted: dict) -> float:
+    """The top score of a split's honest test samples (not edge cases)."""
+    r = fitted["roles"]
+    rows = r["test"] & (self.labels == 0) & (self.sources != EDGE)
+    return float(fitted["score"][rows].max())
+
+  def split(self, fitted: dict, t_cv: float) -> dict:
+    """Every count of one split (see the module docstring).
+
+    Args:
+      fitted: its `fit_split`.
+      t_cv: its threshold chosen on the other splits' held-out honest code.
+    """
+    split, r, score = fitted["split"], fitted["roles"], fitted["score"]
     val_honest = r["val"] & (self.labels == 0)
-    params = self.fit(r["train"])
-    score = self.scores(params)
     t_cfg = self.config.classifier_threshold
-    t_zero = zero_honest_threshold(score[val_honest])
+    t_val = zero_honest_threshold(score[val_honest])
     # Flags no honest validation sample raises, enforced or not.
     quiet = ~self.flags[val_honest].any(0)
-    wide = (self.flags & (quiet | np.asarray(self.config.enforced_mask))).any(
-      -1
-    )
-    clf_zero = score >= t_zero
+    enforced = np.asarray(self.config.enforced_mask)
+    clf_cv = score >= t_cv
     caught = {
       "rules": self.rules,
       "rules+clf": self.rules | (score >= t_cfg),
-      "rules+clf@0": self.rules | clf_zero,
-      "clf_extra": clf_zero & ~self.rules,
-      "no_flag": clf_zero & ~self.any_flag,
-      "rules_wide": wide,
+      "rules+clf@val": self.rules | (score >= t_val),
+      "rules+clf@cv": self.rules | clf_cv,
+      "clf_extra": clf_cv & ~self.rules,
+      "no_flag": clf_cv & ~self.any_flag,
+      "unseen_class": self.rules | (fitted["unseen"] >= t_cv),
+      "rules_wide": (self.flags & (quiet | enforced)).any(-1),
     }
-    unseen = np.zeros_like(self.rules)
-    unseen_thresholds = {}
-    for kind in hacks.HACK_KINDS:
-      if kind in hacks.LATER_STAGE_KINDS:
-        continue
-      held = self.fit(r["train"] & (self.kinds != kind))
-      s = self.scores(held)
-      t = zero_honest_threshold(s[val_honest])
-      unseen_thresholds[kind] = t
-      sel = self.kinds == kind
-      unseen[sel] = (self.rules | (s >= t))[sel]
     test_hacks = r["test"] & (self.labels == 1) & (self.sources == SYNTHETIC)
-    per_class = _class_counts(
-      caught | {"unseen_class": unseen}, self.kinds, test_hacks
-    )
     edge_hacks = r["test"] & (self.labels == 1) & (self.sources == EDGE)
+    honest_rows = self.honest_rows(r["test"])
     return {
       "split": split,
       "val_fold": (split + 1) % FOLDS,
@@ -276,19 +295,28 @@ class Measure:
       ),
       "n": {k: int(v.sum()) for k, v in r.items()},
       "threshold_configured": t_cfg,
-      "threshold_zero_honest": t_zero,
-      "thresholds_unseen_class": unseen_thresholds,
+      "threshold_val": t_val,
+      "threshold_cv": t_cv,
       "wide_flags": [
         n for n, q in zip(names.FLAG_NAMES, quiet, strict=True) if q
       ],
       "max_honest_score": {
         where: float(score[rows].max()) if rows.any() else None
-        for where, rows in self.honest_rows(r["test"]).items()
+        for where, rows in honest_rows.items()
       },
-      "per_class": per_class,
+      "honest_rejected_variants": {
+        who: sorted(
+          {
+            self.samples[i].variant
+            for i in np.flatnonzero(mask & r["test"] & (self.labels == 0))
+          }
+        )
+        for who, mask in caught.items()
+      },
+      "per_class": _class_counts(caught, self.kinds, test_hacks),
       "edge_hacks": {"n": int(edge_hacks.sum())}
       | {who: int(m[edge_hacks].sum()) for who, m in caught.items()},
-      "honest_rejected": _honest_counts(caught, self.honest_rows(r["test"])),
+      "honest_rejected": _honest_counts(caught, honest_rows),
     }
 
   def shipped(self, params: stage1.Stage1Params) -> dict:
@@ -314,6 +342,7 @@ class Measure:
         where: float(score[rows].max()) if rows.any() else None
         for where, rows in self.honest_rows(test).items()
       },
+      "max_score_of_any_honest": float(score[self.labels == 0].max()),
       "min_score_of_a_caught_hack": float(hack_scores.min())
       if hack_scores.size
       else None,
@@ -367,7 +396,8 @@ def pooled(splits: Sequence[dict]) -> dict:
 _COLUMNS = (
   "rules",
   "rules+clf",
-  "rules+clf@0",
+  "rules+clf@val",
+  "rules+clf@cv",
   "clf_extra",
   "no_flag",
   "unseen_class",
@@ -380,7 +410,9 @@ def _print(result: dict) -> None:
     f"{len(result['splits'])} splits; recall on test (pooled; min-max over"
     " splits); clf_extra, no_flag: share of the class's hacks"
   )
-  print(f"{'hack class':20s} {'n':>5s} " + " ".join(f"{c:>17s}" for c in _COLUMNS))
+  print(
+    f"{'hack class':20s} {'n':>5s} " + " ".join(f"{c:>17s}" for c in _COLUMNS)
+  )
   for kind, row in result["pooled"].items():
     cells = []
     for c in _COLUMNS:
@@ -396,19 +428,21 @@ def _print(result: dict) -> None:
     for where, row in s["honest_rejected"].items():
       for who, v in row.items():
         total[(where, who)] += v
-  for where in (SYNTHETIC, HUMANEVAL, EDGE):
+  for where in SOURCES:
     print(
       f"  {where:10s} n {total[(where, 'n')]:5d}  "
-      + "  ".join(f"{c} {total[(where, c)]}" for c in _COLUMNS[:3])
-      + f"  rules_wide {total[(where, 'rules_wide')]}"
+      + "  ".join(
+        f"{c} {total[(where, c)]}" for c in _COLUMNS if c != "no_flag"
+      )
     )
   for s in result["splits"]:
     e = s["edge_hacks"]
     print(
-      f"split {s['split']}: threshold@0 {s['threshold_zero_honest']:.4g},"
-      f" edge hacks {e['rules']}/{e['n']} by rules,"
-      f" {e['rules+clf@0']}/{e['n']} with the classifier;"
-      f" wide flags {s['wide_flags']}"
+      f"split {s['split']}: thresholds val {s['threshold_val']:.3f} cv"
+      f" {s['threshold_cv']:.3f}; edge hacks {e['rules']}/{e['n']} by rules,"
+      f" {e['rules+clf@cv']}/{e['n']} with the classifier; honest rejected"
+      f" at {s['threshold_configured']}:"
+      f" {s['honest_rejected_variants']['rules+clf']}"
     )
   sh = result["shipped"]
   print(
@@ -417,7 +451,9 @@ def _print(result: dict) -> None:
     f" {sh['max_honest_score']}, lowest caught hack score"
     f" {sh['min_score_of_a_caught_hack']}"
   )
-  print(f"{'hack class':20s} {'n':>5s} {'rules':>7s} {'+clf':>7s} {'extra':>7s}")
+  print(
+    f"{'hack class':20s} {'n':>5s} {'rules':>7s} {'+clf':>7s} {'extra':>7s}"
+  )
   for kind, row in sh["per_class"].items():
     n = max(row["n"], 1)
     print(
@@ -432,7 +468,14 @@ def measure(humaneval_path: str, quick: bool, splits: int) -> dict:
   samples, sources, x = build(humaneval_path, 1 if quick else TASKS_PER_FAMILY)
   m = Measure(samples, sources, x)
   config = m.config
-  runs = [m.split(s) for s in range(2 if quick else splits)]
+  fitted = [m.fit_split(s) for s in range(2 if quick else splits)]
+  tops = [m.heldout_honest_max(f) for f in fitted]
+  # Split s's threshold: the lowest that rejects no honest test sample of
+  # the other splits (families, variants and problems it never saw).
+  runs = [
+    m.split(f, zero_honest_threshold(np.asarray(tops[:i] + tops[i + 1 :])))
+    for i, f in enumerate(fitted)
+  ]
   return {
     "enforced_flags": list(config.enforced_flags),
     "classifier": config.classifier,
