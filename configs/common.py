@@ -284,9 +284,9 @@ def get_anticheat_config() -> ml_collections.ConfigDict:
   anticheat.stage1_penalty = -1.0
   # Whether the logistic-regression score can reject (besides the rules).
   # On held-out families, hack variants and HumanEval problems it rejects
-  # two thirds of the synthetic hacks that no enforced rule rejects, with no
-  # honest rejection (benchmarks/classifier_value_bench.py,
-  # docs/anticheat.md "The stage-1 classifier").
+  # 1,236 of the 1,620 synthetic hacks no enforced rule rejects, and no
+  # honest program (benchmarks/classifier_value_bench.py, docs/anticheat.md
+  # "The stage-1 classifier").
   anticheat.classifier = True
   # Score at or above which the classifier rejects. Classifiers fitted
   # without an honest style scored it at most 0.555 (5 held-out splits; at
