@@ -71,9 +71,9 @@ run_bench() {
     --out=benchmarks/results/hf_ppo_bench_gpu.json
     --budget_s="$((bench_deadline - SECONDS))"
   )
-  XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 PYTHONPATH=. \
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 \
     timeout --kill-after=10 "$((bench_deadline - SECONDS + 30))" \
-    python benchmarks/hf_ppo_bench.py "${args[@]}"
+    python -m benchmarks.hf_ppo_bench "${args[@]}"
 }
 run_bench || { echo "gpu_check: benchmark exit $?" >&2; status=1; }
 
