@@ -28,6 +28,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from codeagent_rl import provenance
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import distributed
@@ -278,6 +279,7 @@ def evaluate_checkpoint(
     exp, workdir, mesh, rules, he_cfg.train_config
   )
   if distributed.is_primary():
+    provenance.record_run(workdir_lib.Workdir(workdir).environment, console)
     console(f"evaluating {what} on HumanEval")
   with pools.open_pool(sandbox) as pool:
     tasks = _tasks(he_cfg, workdir, pool)
