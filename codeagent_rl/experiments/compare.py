@@ -60,6 +60,7 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
+from codeagent_rl import cli
 from codeagent_rl import logs
 from codeagent_rl import provenance
 from codeagent_rl.experiments import compare_results as results_lib
@@ -518,6 +519,7 @@ def main(argv: list[str]) -> None:
   logs.quiet_library_logs()
   values = flags.FLAGS
   try:
+    cli.check_workdir(values.workdir)
     names, flag = choose_variants(values.variants, values.estimators)
     names, seeds, data_seeds = parse_lists(
       names, values.seeds, values.data_seeds, values.sft, flag
@@ -549,4 +551,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -179,6 +179,7 @@ def restore_actor_params(
 
   Raises:
     CheckpointNotFoundError: the workdir has neither checkpoint.
+    SetupError: its newest checkpoint is of another model.
   """
   cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
   ppo_dir = workdir_lib.Workdir(workdir).checkpoints
@@ -194,12 +195,19 @@ def restore_actor_params(
       if step is None:
         continue
       actor, critic = _abstract_states(exp, optim, mesh, rules)
-      restored = ckpt.restore(
-        step,
-        actor=actor,
-        critic=critic if with_critic else None,
-        rng=transfers.key(0),
-      )
+      try:
+        restored = ckpt.restore(
+          step,
+          actor=actor,
+          critic=critic if with_critic else None,
+          rng=transfers.key(0),
+        )
+      except ValueError as e:
+        raise exp_lib.SetupError(
+          f"{directory} step {step} is not a checkpoint of the model of"
+          f" {train_config!r} ({_first_line(e)}); pass the workdir of a run"
+          " of that config, or the config its run was trained with."
+        ) from None
       return restored.actor.params, f"{what} {step} ({directory})"
   name, colon, presets = train_config.partition(":")
   flag = f"configs/{name}.py{colon}{presets}"
@@ -208,6 +216,12 @@ def restore_actor_params(
     f" first: python -m codeagent_rl.main --config={flag}"
     f" --workdir={workdir}"
   )
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  line = text.splitlines()[0] if text else type(error).__name__
+  return line if len(line) <= 300 else line[:297] + "..."
 
 
 def _abstract_states(exp, optim, mesh, rules):

@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from codeagent_rl.experiments import compare
+from codeagent_rl.train import eval_job
 from codeagent_rl.train import experiment
 from codeagent_rl.train import fingerprint
 from codeagent_rl.train import run
@@ -195,3 +196,17 @@ def test_compare_copies_the_sft_with_its_record(base, tmp_path):
   compare.share_sft(base, target, retrain=True)
   assert '"steps": 2' in record.read_text()
   assert (target / workdir_lib.REPLACED / "1" / workdir_lib.SFT_DIR).is_dir()
+
+
+def test_evaluating_a_checkpoint_of_another_model_is_one_clear_error(copy):
+  exp = experiment.Experiment.from_config(_config(**{"model.embed_dim": 96}))
+  (copy / workdir_lib.PPO_DIR / "0").rename(copy / "ppo_step_0")
+  mesh, rules = exp.make_mesh()
+  with pytest.raises(experiment.SetupError) as e:
+    eval_job.restore_actor_params(exp, copy, mesh, rules, "tiny:smoke")
+  message = str(e.value)
+  assert message.startswith(
+    f"{copy / workdir_lib.SFT_DIR} step 2 is not a checkpoint of the model"
+    " of 'tiny:smoke'"
+  ), message
+  assert "\n" not in message
