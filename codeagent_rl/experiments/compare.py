@@ -13,8 +13,8 @@ r"""Compares training recipes (`variants.VARIANTS`) at the same rollout budget.
 flag under its old name.
 
 For each seed the first variant's run does SFT; the others start from a
-copy of its SFT checkpoint (sft/, its rendered demonstrations and its
-held-out evaluation), so every variant of a seed starts from the same
+copy of its SFT checkpoint (sft/, the record of its inputs, its rendered
+demonstrations and its held-out evaluation), so every variant of a seed starts from the same
 model and KL reference. With `--sft=shared` the seeds vary only what RL
 draws (prompts, samples, minibatches): every run takes its tasks from a
 data seed (`config.data.seed`) and starts from that data seed's SFT model,

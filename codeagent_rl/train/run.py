@@ -6,7 +6,9 @@ does both, a notebook can too. The workdir's layout is `workdir.py`'s.
 
 Running the same train job again in the same workdir resumes: the SFT
 checkpoint and its evaluation are reused, PPO continues from its newest
-checkpoint with the same data order and randomness.
+checkpoint with the same data order and randomness. Models made from other
+inputs than the run's stop it before anything is written (`check_inputs`,
+`fingerprint.py`).
 
 With several processes (`parallel/distributed.py`) every process runs the
 job on one workdir that all of them see (a shared file system, as orbax
