@@ -13,19 +13,19 @@ r"""Compares training recipes (`variants.VARIANTS`) at the same rollout budget.
 flag under its old name.
 
 For each seed the first variant's run does SFT; the others start from a
-copy of its SFT checkpoint (sft/, the record of its inputs, its
-rendered demonstrations and its held-out evaluation), so every variant of
-a seed starts from the same model and KL reference. With `--sft=shared`
-the seeds vary only what RL draws (prompts, samples, minibatches): every
-run takes its tasks from a data seed (`config.data.seed`) and starts
-from that data seed's SFT model, trained once, by its first run. `--data_seeds` (default: the first seed)
-gives several task sets and SFT models, each run with every variant and
-seed. Each run is the ordinary train job (`train.run`) with the same
-iterations, prompts and samples per prompt: the same number of episodes
-(the tokens they take are the policy's; the tables report both, and what
-DAPO's dynamic sampling drew and dropped counts). Running the command
-again resumes: finished runs are read, unfinished ones continue; a run
-whose saved config has another seed, data seed or variant setting is
+copy of its SFT checkpoint (sft/, the record of its inputs, its rendered
+demonstrations and its held-out evaluation), so every variant of a seed
+starts from the same model and KL reference. With `--sft=shared` the seeds
+vary only what RL draws (prompts, samples, minibatches): every run takes
+its tasks from a data seed (`config.data.seed`) and starts from that data
+seed's SFT model, trained once, by its first run. `--data_seeds` (default:
+the first seed) gives several task sets and SFT models, each run with every
+variant and seed. Each run is the ordinary train job (`train.run`) with the
+same iterations, prompts and samples per prompt: the same number of
+episodes (the tokens they take are the policy's; the tables report both,
+and what DAPO's dynamic sampling drew and dropped counts). Running the
+command again resumes: finished runs are read, unfinished ones continue; a
+run whose saved config has another seed, data seed or variant setting is
 refused.
 
 Layout: DIR/seed<N>/<variant>, or with `--sft=shared` and data seeds other
