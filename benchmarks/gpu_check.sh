@@ -107,7 +107,7 @@ run_bench() {
   )
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 \
     timeout --kill-after=10 "$((bench_deadline - SECONDS + 30))" \
-    "${py}" benchmarks/hf_ppo_bench.py "${args[@]}"
+    "${py}" -m benchmarks.hf_ppo_bench "${args[@]}"
 }
 run_bench || { echo "gpu_check: benchmark exit $?" >&2; status=1; }
 
