@@ -106,7 +106,11 @@ setuptools.setup(
     " two-stage anti-cheat, in JAX/Flax."
   ),
   python_requires=">=3.11",
-  packages=setuptools.find_packages(include=["codeagent_rl", "codeagent_rl.*"]),
+  # configs/ and benchmarks/ are packages too, so that config files import
+  # `configs.common` and `python -m benchmarks.NAME` runs from any directory.
+  packages=setuptools.find_packages(
+    include=["codeagent_rl", "codeagent_rl.*", "configs", "benchmarks"]
+  ),
   # Stage-1 classifier weights (anticheat/corpus/train_classifier.py writes
   # them).
   package_data={"codeagent_rl.anticheat": ["weights/*.json"]},

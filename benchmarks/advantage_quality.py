@@ -3,7 +3,7 @@ r"""Advantage quality: each estimator's per-turn advantages against the truth.
 Run from the repository root, on a run directory whose SFT has finished
 (`python -m codeagent_rl.main --config=configs/long_horizon.py ...`):
 
-  PYTHONPATH=. python benchmarks/advantage_quality.py \
+  python -m benchmarks.advantage_quality \
     --config=configs/long_horizon.py --workdir=DIR --prompts=8 \
     --continuations=4 --value_pretrain_rounds=4 --out=/tmp/aq.json
 

@@ -2,10 +2,10 @@ r"""Anti-cheat cost per trajectory against the sandbox's time per trajectory.
 
 Run from the repository root (configs/ lives there; gVisor needs runsc):
 
-  PYTHONPATH=. python benchmarks/anticheat_bench.py
+  python -m benchmarks.anticheat_bench
 
   # Smoke check (fewer trajectories; writes JSON only when --out is given):
-  PYTHONPATH=. python benchmarks/anticheat_bench.py --quick
+  python -m benchmarks.anticheat_bench --quick
 
 The trajectories are `anticheat.corpus.hacks` samples (honest and hacked)
 of synthetic tasks. For each trajectory, in one run:

@@ -1,6 +1,6 @@
 r"""Time breakdown of one PPO iteration, gVisor pool vs `process` backend.
 
-    PYTHONPATH=. python benchmarks/e2e_bench.py --sft_workdir=/tmp/tiny \
+    python -m benchmarks.e2e_bench --sft_workdir=/tmp/tiny \
       --iterations=3
 
 Runs the tiny config's PPO (same config, seed and SFT checkpoint) once per

@@ -2,10 +2,10 @@ r"""Times GAE: a NumPy loop against `compute_gae` with both JAX methods.
 
 Run from the repository root:
 
-  python benchmarks/gae_bench.py
+  python -m benchmarks.gae_bench
 
   # Smoke check on small shapes (writes JSON only when --out is given):
-  python benchmarks/gae_bench.py --quick
+  python -m benchmarks.gae_bench --quick
 
 For each shape B x T it times three variants on the same random ragged
 multi-turn batch (prompt, alternating action/observation runs, padding;

@@ -4,13 +4,13 @@ Run from the repository root (the configs/ package lives there):
 
   # CPU: 2 layers, the full 151,936-token vocabulary, 4 x 512 (about five
   # minutes; PLATFORM_DEFAULTS says why 4 rows):
-  PYTHONPATH=. python benchmarks/hf_ppo_bench.py
+  python -m benchmarks.hf_ppo_bench
 
   # One setting (on a GPU: all 24 layers):
-  PYTHONPATH=. python benchmarks/hf_ppo_bench.py --batch=64 --length=8192
+  python -m benchmarks.hf_ppo_bench --batch=64 --length=8192
 
   # Smoke check (1 layer, 4,096 ids, 2 x 64; JSON only with --out):
-  PYTHONPATH=. python benchmarks/hf_ppo_bench.py --quick
+  python -m benchmarks.hf_ppo_bench --quick
 
 The model is configs/qwen25_coder_0p5b.py's (real dimensions, remat and
 dtypes) with random weights; nothing is downloaded. `--num_layers` and

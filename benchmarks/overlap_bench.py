@@ -2,8 +2,8 @@ r"""PPO iterations with rollouts synchronous vs overlapping the update.
 
 Run from the repository root:
 
-  PYTHONPATH=. python benchmarks/overlap_bench.py           # all 4 variants
-  PYTHONPATH=. python benchmarks/overlap_bench.py --quick   # smoke run
+  python -m benchmarks.overlap_bench           # all 4 variants
+  python -m benchmarks.overlap_bench --quick   # smoke run
 
 Each variant is the main job (`run.train_and_evaluate`) on the same config
 and the same SFT model (trained by the first variant, copied to the

@@ -2,12 +2,12 @@ r"""Rollouts in lockstep against slot refill, on heavy-tailed episodes.
 
 Run from the repository root:
 
-  PYTHONPATH=. python benchmarks/rollout_refill_bench.py
-  PYTHONPATH=. python benchmarks/rollout_refill_bench.py --quick  # smoke run
+  python -m benchmarks.rollout_refill_bench
+  python -m benchmarks.rollout_refill_bench --quick  # smoke run
   # long_horizon's budgets; the KV cache by them, then as sized by turns:
-  PYTHONPATH=. python benchmarks/rollout_refill_bench.py --slots=8 \
+  python -m benchmarks.rollout_refill_bench --slots=8 \
     --max_turns=64 --max_total_tokens=3072
-  PYTHONPATH=. python benchmarks/rollout_refill_bench.py --slots=8 \
+  python -m benchmarks.rollout_refill_bench --slots=8 \
     --max_turns=64 --max_total_tokens=3072 --cache_len=15648
 
 The same `--episodes` tasks are rolled out by `agent_loop.collect` (one row

@@ -2,8 +2,8 @@ r"""Decode speed with the KV cache against recomputing the whole prefix.
 
 Run from the repository root:
 
-  PYTHONPATH=. python benchmarks/sampler_bench.py
-  PYTHONPATH=. python benchmarks/sampler_bench.py --quick   # small smoke run
+  python -m benchmarks.sampler_bench
+  python -m benchmarks.sampler_bench --quick   # small smoke run
 
 At each context length T the batch holds a prompt of T - N tokens and decodes
 N new tokens greedily, two ways:

@@ -2,10 +2,10 @@ r"""Times sandbox jobs: warm gVisor pools against cold runsc and plain python3.
 
 Run from the repository root (as root, with runsc installed):
 
-  python benchmarks/sandbox_bench.py
+  python -m benchmarks.sandbox_bench
 
   # Smoke check (fewer jobs; writes JSON only when --out is given):
-  python benchmarks/sandbox_bench.py --quick
+  python -m benchmarks.sandbox_bench --quick
 
 Variants, each on the same two jobs:
 

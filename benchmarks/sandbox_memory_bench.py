@@ -2,10 +2,10 @@ r"""What one job can make the host hold: the sandbox's cgroup peak per job.
 
 Run from the repository root (as root, with runsc installed):
 
-  PYTHONPATH=. python benchmarks/sandbox_memory_bench.py
+  python -m benchmarks.sandbox_memory_bench
 
   # Smoke check (two settings; writes JSON only when --out is given):
-  PYTHONPATH=. python benchmarks/sandbox_memory_bench.py --quick
+  python -m benchmarks.sandbox_memory_bench --quick
 
 For each setting of `--sandbox_memory_mb` x `--sandbox_max_processes`, a
 fresh one-sandbox gVisor pool runs, one job each:

@@ -3,11 +3,11 @@ r"""What stage 1 rejects before execution, with the default anti-cheat config.
 Run from the repository root (configs/ lives there; HumanEval tasks from
 `python -m codeagent_rl.tasks.humaneval --out=/tmp/he_all.jsonl`):
 
-  PYTHONPATH=. python benchmarks/stage1_rejections_bench.py \
+  python -m benchmarks.stage1_rejections_bench \
       --humaneval_tasks=/tmp/he_all.jsonl --label=after
 
   # Smoke check (2 tasks per family, no JSON unless --out is given):
-  PYTHONPATH=. python benchmarks/stage1_rejections_bench.py \
+  python -m benchmarks.stage1_rejections_bench \
       --humaneval_tasks=/tmp/he_all.jsonl --quick
 
 Stage 1 is `configs/common.py`'s `get_anticheat_config()` with its weights:

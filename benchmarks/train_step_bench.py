@@ -2,10 +2,10 @@ r"""Times one actor+critic train step and compares it with its FLOP count.
 
 Run from the repository root (the configs/ package lives there):
 
-  PYTHONPATH=. python benchmarks/train_step_bench.py
+  python -m benchmarks.train_step_bench
 
   # Smoke check (smallest model, 1 timed step; JSON only with --out):
-  PYTHONPATH=. python benchmarks/train_step_bench.py --quick
+  python -m benchmarks.train_step_bench --quick
 
 One step is what a PPO learner does per minibatch, with stand-in losses:
 forward, backward and an AdamW update (after global-norm clipping) of the

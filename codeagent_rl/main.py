@@ -3,7 +3,9 @@ r"""The main job: SFT, then PPO with a critic, on pure sandbox rewards.
     python -m codeagent_rl.main --config=configs/tiny.py --workdir=/tmp/tiny
 
 `--config` is an ml_collections config file (with an optional preset after
-a colon, e.g. `configs/tiny.py:smoke`); single fields are overridden with
+a colon, e.g. `configs/tiny.py:smoke`; a `configs/...` path missing below
+the current directory is the installed package's, so the command runs from
+anywhere: `codeagent_rl/cli.py`); single fields are overridden with
 `--config.ppo.iterations=10`. The limits of a job in the sandbox are the
 config's `sandbox` section (`--config.sandbox.timeout_s=20`); the machine's
 sandbox settings are the `--sandbox_*` and `--runsc_*` flags
@@ -23,6 +25,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from codeagent_rl import cli
 from codeagent_rl import logs
 from codeagent_rl.parallel import distributed
 from codeagent_rl.sandbox import gvisor
@@ -44,40 +47,6 @@ def define_flags() -> None:
   flags.mark_flags_as_required(["config", "workdir"])
 
 
-def _innermost_text(error: BaseException) -> str:
-  """The message of an exception that wraps others as its first argument."""
-  while error.args and isinstance(error.args[0], BaseException):
-    error = error.args[0]
-  text = error.args[0] if error.args else str(error)
-  return "; ".join(str(text).split("\n"))
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-  """Parses flags as absl does, with one-line errors, not tracebacks.
-
-  ml_collections puts the whole traceback of an exception raised by a
-  config file (e.g. an unknown preset after the colon) into the flag error,
-  and lets an override of a field the config lacks
-  (`--config.sft.stepz=3`) escape as an AttributeError. The user needs one
-  line that names the problem.
-  """
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    if any(line.startswith("Traceback (most recent") for line in lines):
-      lines = [lines[0], lines[-1]]
-    message = " ".join(lines)
-  except (AttributeError, KeyError) as e:
-    message = (
-      f"a --config.* override names a field the config lacks:"
-      f" {_innermost_text(e)}"
-    )
-  sys.exit(
-    f"error: {message}\nPass --helpshort or --helpfull to see help on flags."
-  )
-
-
 def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.main`."""
   if len(argv) > 1:
@@ -88,6 +57,7 @@ def main(argv: list[str]) -> None:
     sys.exit(f"error: {e}")
   logs.quiet_library_logs()
   try:  # bad values stop here, naming the field, before anything starts
+    cli.check_workdir(flags.FLAGS.workdir)
     job = run.job_from_config(flags.FLAGS.config)
     sandbox = harness.config_from_flags(job.exp.sandbox)
   except ValueError as e:
@@ -102,4 +72,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=cli.parse_flags)

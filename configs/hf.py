@@ -159,6 +159,9 @@ def get_ppo_config(smoke: bool) -> ml_collections.ConfigDict:
   ppo.value_pretrain_iterations = 2 if smoke else 50
   ppo.value_pretrain_patience = 3
   ppo.value_pretrain_min_gain = 0.01
+  # Stop (False) or pre-train again (True) when the workdir's pre-trained
+  # critic was made with other inputs.
+  ppo.value_pretrain_retrain = False
   # DAPO's dynamic sampling (drop groups whose rewards are all equal, draw
   # more prompts, at most this many rounds): off until measured here.
   ppo.dynamic_sampling = False

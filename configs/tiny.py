@@ -288,6 +288,9 @@ def get_sft_config(preset: str) -> ml_collections.ConfigDict:
   sft.log_every = 50 if preset == "default" else 10
   # Steps between checkpoints an interrupted SFT resumes from (~5 minutes).
   sft.save_every = 250 if preset == "default" else 10
+  # A resumed run whose workdir holds an SFT model made from other inputs
+  # stops (naming them); True sets that model aside and trains again.
+  sft.retrain = False
   return sft
 
 
@@ -353,6 +356,9 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   # after which value pre-training stops.
   ppo.value_pretrain_patience = 3
   ppo.value_pretrain_min_gain = 0.01
+  # A resumed run whose workdir holds a critic pre-trained with other
+  # inputs stops (naming them); True sets it aside and pre-trains again.
+  ppo.value_pretrain_retrain = False
   # DAPO's dynamic sampling: groups whose rollouts all got the same reward
   # are dropped and more prompts drawn until the batch is full. Off: the
   # README's numbers were measured without it.

@@ -68,3 +68,26 @@ def test_run_tests_exit_codes(rc, want):
   assert proc.returncode == want, proc.stdout + proc.stderr
   # set -e stops at a failing run_tests; a passing one continues.
   assert ("after" in proc.stdout) == (want == 0), proc.stdout
+
+
+def _install_args(text: str) -> list[str]:
+  """The arguments after `pip install` in each line of `text` that has one."""
+  return [
+    m.group(1).strip()
+    for m in re.finditer(r"pip install (-e '\.\[[a-z,]+\]'[^&\n]*)", text)
+  ]
+
+
+def test_script_installs_as_readme_says_with_the_lock():
+  readme = _install_args(
+    "\n".join(
+      re.findall(
+        r"^```(?:bash|sh|shell)\n(.*?)^```", README.read_text(), re.M | re.S
+      )
+    )
+  )
+  script = _install_args(CI_SCRIPT.read_text())
+  assert len(readme) == 1 and len(script) == 1, (readme, script)
+  assert readme == script, "README's install command and .ci/run's differ."
+  assert readme[0].endswith(" -c constraints.txt"), readme
+  assert (REPO_ROOT / "constraints.txt").is_file()

@@ -21,15 +21,15 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "codeagent_rl"
 # Bottom to top. A unit is the first package level below codeagent_rl, or
 # a longer dotted prefix where a subpackage has a layer of its own.
 LAYERS = (
-  # Stdlib-only helpers every layer may use.
-  ("status", "plain_repr", "solved", "config_utils", "logs", "jsonl"),
+  # Stdlib-only helpers every layer may use (cli: absl flags too).
+  ("status", "plain_repr", "solved", "config_utils", "logs", "jsonl", "cli"),
   # The pytrees; the sandbox (imports nothing of the project above this).
   ("types", "sandbox"),
   # Tasks (schema, families, judge, suite B) run code in the sandbox; the
   # model and the RL math are pure.
   ("tasks", "models", "rl"),
-  # The environment; meshes and checkpoints of models.
-  ("envs", "parallel"),
+  # The environment; meshes and checkpoints of models; what a run ran on.
+  ("envs", "parallel", "provenance"),
   # The anti-cheat (its stage functions pure, its pipeline over outcomes).
   ("anticheat",),
   # Samples files of episodes; the agent loop.

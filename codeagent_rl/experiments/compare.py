@@ -13,19 +13,19 @@ r"""Compares training recipes (`variants.VARIANTS`) at the same rollout budget.
 flag under its old name.
 
 For each seed the first variant's run does SFT; the others start from a
-copy of its SFT checkpoint (sft/, its rendered demonstrations and its
-held-out evaluation), so every variant of a seed starts from the same
-model and KL reference. With `--sft=shared` the seeds vary only what RL
-draws (prompts, samples, minibatches): every run takes its tasks from a
-data seed (`config.data.seed`) and starts from that data seed's SFT model,
-trained once, by its first run. `--data_seeds` (default: the first seed)
-gives several task sets and SFT models, each run with every variant and
-seed. Each run is the ordinary train job (`train.run`) with the same
-iterations, prompts and samples per prompt: the same number of episodes
-(the tokens they take are the policy's; the tables report both, and what
-DAPO's dynamic sampling drew and dropped counts). Running the command
-again resumes: finished runs are read, unfinished ones continue; a run
-whose saved config has another seed, data seed or variant setting is
+copy of its SFT checkpoint (sft/, the record of its inputs, its rendered
+demonstrations and its held-out evaluation), so every variant of a seed
+starts from the same model and KL reference. With `--sft=shared` the seeds
+vary only what RL draws (prompts, samples, minibatches): every run takes
+its tasks from a data seed (`config.data.seed`) and starts from that data
+seed's SFT model, trained once, by its first run. `--data_seeds` (default:
+the first seed) gives several task sets and SFT models, each run with every
+variant and seed. Each run is the ordinary train job (`train.run`) with the
+same iterations, prompts and samples per prompt: the same number of
+episodes (the tokens they take are the policy's; the tables report both,
+and what DAPO's dynamic sampling drew and dropped counts). Running the
+command again resumes: finished runs are read, unfinished ones continue; a
+run whose saved config has another seed, data seed or variant setting is
 refused.
 
 Layout: DIR/seed<N>/<variant>, or with `--sft=shared` and data seeds other
@@ -60,7 +60,9 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
+from codeagent_rl import cli
 from codeagent_rl import logs
+from codeagent_rl import provenance
 from codeagent_rl.experiments import compare_results as results_lib
 from codeagent_rl.experiments import variants as variants_lib
 from codeagent_rl.sandbox import harness
@@ -70,7 +72,12 @@ from codeagent_rl.train import workdir as workdir_lib
 
 DEFAULT_VARIANTS = ("gae", "grpo", "rloo")
 # The SFT artefacts a later variant's run copies from the seed's first.
-_SHARED = (workdir_lib.SFT_DIR, workdir_lib.SFT_DATA, workdir_lib.EVAL_SFT)
+_SHARED = (
+  workdir_lib.SFT_DIR,
+  workdir_lib.SFT_FINGERPRINT,
+  workdir_lib.SFT_DATA,
+  workdir_lib.EVAL_SFT,
+)
 # Each run's wall seconds over every compare call that worked on it.
 RUN_SECONDS = "compare_seconds.json"
 SFT_MODES = ("per_seed", "shared")
@@ -342,11 +349,29 @@ def plan(
   return out
 
 
-def share_sft(first: pathlib.Path, target: pathlib.Path) -> None:
-  """Copies the seed's SFT artefacts into a run that has none yet."""
+def _sft_record(run_dir: pathlib.Path) -> bytes | None:
+  try:
+    return (run_dir / workdir_lib.SFT_FINGERPRINT).read_bytes()
+  except OSError:
+    return None
+
+
+def share_sft(
+  first: pathlib.Path, target: pathlib.Path, retrain: bool = False
+) -> None:
+  """Copies the group's SFT artefacts (with their record) into a run.
+
+  A run that has its own SFT already keeps it when its record is the
+  first run's (its own run then checks it against its config); with
+  another record it is replaced by the group's when `retrain`
+  (`config.sft.retrain`: the old one is set aside, as a run does), else
+  kept, and its run stops naming what differs.
+  """
   target.mkdir(parents=True, exist_ok=True)
   if (target / workdir_lib.SFT_DIR).exists():
-    return
+    if not retrain or _sft_record(target) == _sft_record(first):
+      return
+    run.set_aside(workdir_lib.Workdir(target), workdir_lib.SFT_OUTPUTS)
   for name in _SHARED:
     src, dst = first / name, target / name
     if src.is_dir():
@@ -418,7 +443,7 @@ def run_planned(
     target = root / spec.path
     first = firsts.get(spec.sft_group)
     if first is not None and first != target:
-      share_sft(first, target)
+      share_sft(first, target, job.exp.sft.retrain)
     start = time.perf_counter()
     console(f"{label}: {spec.name} -> {target}")
     run.run_job(job, target, sandbox_from_limits(job.exp.sandbox))
@@ -466,6 +491,7 @@ def compare(
   root = pathlib.Path(workdir)
   planned = plan(config, names, seeds, root, data_seeds, sft)
   root.mkdir(parents=True, exist_ok=True)
+  provenance.record_run(root / workdir_lib.ENVIRONMENT, console)
   share_compilations(root)
   runs = {}
   seconds = run_planned(planned, root, sandbox_from_limits, console)
@@ -528,6 +554,7 @@ def main(argv: list[str]) -> None:
   logs.quiet_library_logs()
   values = flags.FLAGS
   try:
+    cli.check_workdir(values.workdir)
     names, flag = choose_variants(values.variants, values.estimators)
     names, seeds, data_seeds = parse_lists(
       names, values.seeds, values.data_seeds, values.sft, flag
@@ -559,4 +586,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -247,6 +247,9 @@ class SFTConfig:
     log_every: steps between progress lines / metrics.
     save_every: steps between checkpoints an interrupted SFT resumes from
       (0: only the finished SFT is saved).
+    retrain: a workdir's SFT model made from other inputs than this run's
+      (`train/fingerprint.py`) is set aside and trained again; False: the
+      run stops, naming what changed.
   """
 
   steps: int
@@ -257,6 +260,7 @@ class SFTConfig:
   length_bucket: int
   log_every: int
   save_every: int
+  retrain: bool
 
   def __post_init__(self):
     _int_at_least("sft", self, ("steps", "warmup_steps", "save_every"), low=0)
@@ -264,6 +268,8 @@ class SFTConfig:
       "sft", self, ("batch_size", "length_bucket", "log_every"), low=1
     )
     _positive_float("sft", self, ("learning_rate",))
+    if type(self.retrain) is not bool:
+      raise ValueError(f"config.sft.retrain={self.retrain!r}: must be a bool.")
     if not 0.0 <= self.final_lr_fraction <= 1.0:
       raise ValueError(
         f"config.sft.final_lr_fraction={self.final_lr_fraction}: must be in"
@@ -321,6 +327,9 @@ class PPOConfig:
       variance gained over this many rounds is below
       `value_pretrain_min_gain` (it has levelled off).
     value_pretrain_min_gain: see `value_pretrain_patience`.
+    value_pretrain_retrain: a workdir's pre-trained critic (PPO checkpoint
+      step 0) made with other inputs than this run's is set aside and
+      pre-trained again; False: the run stops, naming what changed.
     dynamic_sampling: DAPO's dynamic sampling: a group whose rollouts all
       got the same `Rewards.total` is dropped and more prompts are drawn
       (`train/dynamic_sampling.py`) until the batch has
@@ -349,6 +358,7 @@ class PPOConfig:
   value_pretrain_iterations: int
   value_pretrain_patience: int
   value_pretrain_min_gain: float
+  value_pretrain_retrain: bool
   dynamic_sampling: bool
   dynamic_sampling_max_rounds: int
 
@@ -379,6 +389,7 @@ class PPOConfig:
       "skip_actor_on_flat_rewards",
       "packing",
       "reference_on_host",
+      "value_pretrain_retrain",
       "dynamic_sampling",
     ):
       if type(getattr(self, name)) is not bool:

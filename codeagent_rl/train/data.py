@@ -182,12 +182,13 @@ def longest_prompt(env: code_env.CodeEnv, tasks: Sequence[schema.Task]) -> int:
 
 
 def _fingerprint(
-  plans: Sequence[synthetic.DemoPlan], env: code_env.CodeEnv
+  plans: Sequence[synthetic.DemoPlan], env: code_env.CodeEnv, format_key: str
 ) -> str:
   """Hash of the plans, the env budgets and the conversation format."""
   h = hashlib.sha256()
   h.update(json.dumps(dataclasses.asdict(env.config), sort_keys=True).encode())
   h.update(f"{type(env.format).__name__}:{env.format.vocab_size}".encode())
+  h.update(format_key.encode())
   for plan in plans:
     h.update(json.dumps([plan.task_id, plan.kind, plan.actions]).encode())
   return h.hexdigest()
@@ -216,8 +217,14 @@ def sft_arrays(
   env: code_env.CodeEnv,
   task_sets: TaskSets,
   workdir: str | os.PathLike[str],
+  *,
+  format_key: str = "",
 ) -> dict[str, np.ndarray]:
   """Rendered demonstrations: tokens, valid, trainable [N, T] and kinds [N].
+
+  They are cached in the workdir under a hash of the plans, the env budgets,
+  the format and `format_key` (what else tells two tokenizers of one size
+  apart: `fingerprint.tokenizer_digest`).
 
   Plans that a budget cut before their `<submit>` are dropped (their last
   action would teach the model to stop mid-code); how many is logged.
@@ -229,7 +236,7 @@ def sft_arrays(
     ValueError: no plan fits the environment's budgets.
   """
   path = workdir_lib.Workdir(workdir).sft_data
-  fingerprint = _fingerprint(task_sets.plans, env)
+  fingerprint = _fingerprint(task_sets.plans, env, format_key)
   cached = _load_cache(path, fingerprint)
   if cached is not None:
     return cached

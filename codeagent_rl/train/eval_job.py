@@ -28,6 +28,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from codeagent_rl import provenance
 from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import distributed
@@ -178,6 +179,7 @@ def restore_actor_params(
 
   Raises:
     CheckpointNotFoundError: the workdir has neither checkpoint.
+    SetupError: its newest checkpoint is of another model.
   """
   cfg = ckpt_lib.CheckpointConfig(keep=1, save_every=1, async_save=False)
   ppo_dir = workdir_lib.Workdir(workdir).checkpoints
@@ -193,12 +195,19 @@ def restore_actor_params(
       if step is None:
         continue
       actor, critic = _abstract_states(exp, optim, mesh, rules)
-      restored = ckpt.restore(
-        step,
-        actor=actor,
-        critic=critic if with_critic else None,
-        rng=transfers.key(0),
-      )
+      try:
+        restored = ckpt.restore(
+          step,
+          actor=actor,
+          critic=critic if with_critic else None,
+          rng=transfers.key(0),
+        )
+      except ValueError as e:
+        raise exp_lib.SetupError(
+          f"{directory} step {step} is not a checkpoint of the model of"
+          f" {train_config!r} ({_first_line(e)}); pass the workdir of a run"
+          " of that config, or the config its run was trained with."
+        ) from None
       return restored.actor.params, f"{what} {step} ({directory})"
   name, colon, presets = train_config.partition(":")
   flag = f"configs/{name}.py{colon}{presets}"
@@ -207,6 +216,12 @@ def restore_actor_params(
     f" first: python -m codeagent_rl.main --config={flag}"
     f" --workdir={workdir}"
   )
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  line = text.splitlines()[0] if text else type(error).__name__
+  return line if len(line) <= 300 else line[:297] + "..."
 
 
 def _abstract_states(exp, optim, mesh, rules):
@@ -278,6 +293,7 @@ def evaluate_checkpoint(
     exp, workdir, mesh, rules, he_cfg.train_config
   )
   if distributed.is_primary():
+    provenance.record_run(workdir_lib.Workdir(workdir).environment, console)
     console(f"evaluating {what} on HumanEval")
   with pools.open_pool(sandbox) as pool:
     tasks = _tasks(he_cfg, workdir, pool)

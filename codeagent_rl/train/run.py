@@ -6,7 +6,9 @@ does both, a notebook can too. The workdir's layout is `workdir.py`'s.
 
 Running the same train job again in the same workdir resumes: the SFT
 checkpoint and its evaluation are reused, PPO continues from its newest
-checkpoint with the same data order and randomness.
+checkpoint with the same data order and randomness. Models made from other
+inputs than the run's stop it before anything is written (`check_inputs`,
+`fingerprint.py`).
 
 With several processes (`parallel/distributed.py`) every process runs the
 job on one workdir that all of them see (a shared file system, as orbax
@@ -31,6 +33,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from codeagent_rl import provenance
 from codeagent_rl import samples as samples_lib
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.envs import code_env
@@ -45,6 +48,7 @@ from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import eval_job
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
+from codeagent_rl.train import fingerprint as fingerprint_lib
 from codeagent_rl.train import keys
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
@@ -133,7 +137,7 @@ def _latest_step(directory: pathlib.Path) -> int | None:
 
 
 def _check_checkpoints(
-  paths: workdir_lib.Workdir, sft_steps: int, ppo_done: int
+  paths: workdir_lib.Workdir, sft_steps: int, ppo_done: int | None
 ) -> None:
   """Refuses `sft.steps` that do not match the workdir's checkpoints.
 
@@ -161,6 +165,160 @@ def _check_checkpoints(
       " the longer SFT in a fresh --workdir (copy the sft/ folder and"
       " sft_data.npz into it to keep the SFT done so far)."
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+  """What a start does to the workdir before training (`check_inputs`).
+
+  Attributes:
+    records: fingerprint files to write (path -> record).
+    set_aside: workdir entries to move to `replaced/N/` (a retrain).
+    notes: console lines saying what was decided.
+  """
+
+  records: dict[pathlib.Path, dict[str, Any]]
+  set_aside: tuple[str, ...] = ()
+  notes: tuple[str, ...] = ()
+
+
+def _read_config(paths: workdir_lib.Workdir) -> dict[str, Any] | None:
+  try:
+    return json.loads(paths.config.read_text())
+  except (OSError, ValueError):
+    return None
+
+
+def _listed(diffs: list[str], limit: int = 6) -> str:
+  more = len(diffs) - limit
+  return "; ".join(diffs[:limit]) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _stale_sft(
+  exp: exp_lib.Experiment,
+  paths: workdir_lib.Workdir,
+  record: dict[str, Any],
+) -> tuple[str | None, str | None]:
+  """(why the workdir's SFT model is stale or None, a note on adopting it)."""
+  saved = fingerprint_lib.read(paths.sft_fingerprint)
+  if saved is not None:
+    diffs = fingerprint_lib.differences(saved, record)
+    return (f"its inputs changed: {_listed(diffs)}" if diffs else None), None
+  # Made before records were kept: config.json is the config of the run
+  # that last trained here.
+  diffs = fingerprint_lib.legacy_differences(_read_config(paths), exp)
+  if diffs is None:
+    return (
+      f"what it was made from is unknown (no {paths.sft_fingerprint.name},"
+      f" no readable {paths.config.name})"
+    ), None
+  if diffs:
+    return (f"its config.json differs on SFT's inputs: {_listed(diffs)}"), None
+  return None, (
+    f"{paths.sft_fingerprint.name} is missing (a workdir from before it was"
+    f" kept); {paths.config.name} agrees with this config on SFT's inputs,"
+    " so the SFT model is kept and its inputs are recorded now."
+  )
+
+
+def check_inputs(
+  exp: exp_lib.Experiment,
+  paths: workdir_lib.Workdir,
+  task_sets: data_lib.TaskSets,
+) -> Resume:
+  """Checks that the workdir's models were made from this run's inputs.
+
+  The SFT model (its checkpoint, or the PPO checkpoints trained from it
+  when there is none) and a value-pretrained critic (PPO checkpoint step
+  0) are compared with what this run would make them from
+  (`fingerprint.py`). Nothing is written here.
+
+  Returns:
+    What to write and set aside before training.
+
+  Raises:
+    SetupError: a model was made from other inputs and its retrain flag is
+      off; the message names what changed and the flag.
+  """
+  sft_record = fingerprint_lib.sft_inputs(exp, task_sets)
+  ppo_latest = _latest_step(paths.checkpoints)
+  trained = _latest_step(paths.sft) is not None or ppo_latest is not None
+  records = {paths.sft_fingerprint: sft_record}
+  notes, stale = [], ()
+  why, note = _stale_sft(exp, paths, sft_record) if trained else (None, None)
+  if note:
+    notes.append(note)
+  if why is not None:
+    if not exp.sft.retrain:
+      held = (
+        f"{paths.sft} holds an SFT model"
+        if _latest_step(paths.sft) is not None
+        else f"{paths.checkpoints} holds PPO checkpoints of a starting model"
+      )
+      raise exp_lib.SetupError(
+        f"{held} that this run would not make: {why}. Nothing was trained"
+        " or deleted. Pass --config.sft.retrain=True to train SFT and PPO"
+        f" again (the old models are set aside in {paths.replaced}/), or"
+        " run with the settings they were made with."
+      )
+    stale = workdir_lib.SFT_OUTPUTS
+    notes.append(f"SFT: retraining ({why}); the old model is set aside.")
+    ppo_latest = None
+  if exp.uses_critic and exp.ppo.value_pretrain_iterations:
+    value_record = fingerprint_lib.value_pretrain_inputs(exp, sft_record)
+    if ppo_latest == 0:  # only the pre-trained critic: PPO starts from it
+      why = _stale_value(paths, value_record)
+      if why is not None and not exp.ppo.value_pretrain_retrain:
+        raise exp_lib.SetupError(
+          f"{paths.checkpoints} holds a critic pre-trained (step 0) with"
+          f" other settings than this run's: {why}. Nothing was trained or"
+          " deleted. Pass --config.ppo.value_pretrain_retrain=True to"
+          f" pre-train it again (the old one is set aside in {paths.replaced}"
+          "/), or run with the settings it was made with."
+        )
+      if why is not None:
+        stale = workdir_lib.PPO_OUTPUTS
+        notes.append(f"value pre-training: again ({why}).")
+        ppo_latest = None
+    if ppo_latest is None:
+      records[paths.value_pretrain_fingerprint] = value_record
+  return Resume(records, stale, tuple(notes))
+
+
+def _stale_value(
+  paths: workdir_lib.Workdir, record: dict[str, Any]
+) -> str | None:
+  """Why the pre-trained critic is stale, or None."""
+  saved = fingerprint_lib.read(paths.value_pretrain_fingerprint)
+  if saved is None:
+    return (
+      f"what it was made from is unknown (no"
+      f" {paths.value_pretrain_fingerprint.name})"
+    )
+  diffs = fingerprint_lib.differences(saved, record)
+  if diffs:
+    return f"its inputs changed: {_listed(diffs)}"
+  return None
+
+
+def set_aside(paths: workdir_lib.Workdir, names: tuple[str, ...]) -> None:
+  """Moves the workdir entries `names` (those present) into `replaced/N/`.
+
+  N is the first number not taken: nothing earlier is overwritten.
+  """
+  present = [n for n in names if (paths.root / n).exists()]
+  if not present:
+    return
+  paths.replaced.mkdir(exist_ok=True)
+  taken = {p.name for p in paths.replaced.iterdir()}
+  n = 1
+  while str(n) in taken:
+    n += 1
+  dest = paths.replaced / str(n)
+  dest.mkdir()
+  for name in present:
+    os.replace(paths.root / name, dest / name)
+  logging.info("moved %s to %s", present, dest)
 
 
 def train_and_evaluate(
@@ -193,13 +351,23 @@ def train_and_evaluate(
     console = _silent
   sandbox = exp.sandbox.apply(sandbox)
   paths = workdir_lib.Workdir(workdir)
-  done_before = _latest_step(paths.checkpoints) or 0  # SFT leaves it alone
-  _check_checkpoints(paths, exp.sft.steps, done_before)
+  if not exp.sft.retrain:  # a retrain sets a mismatched SFT aside instead
+    _check_checkpoints(paths, exp.sft.steps, _latest_step(paths.checkpoints))
+  task_sets = data_lib.make_task_sets(exp.data, exp.data_seed)
+  # Before anything is written: refuses models made from other inputs.
+  resume = check_inputs(exp, paths, task_sets)
   paths.root.mkdir(parents=True, exist_ok=True)
   if primary:
+    provenance.record_run(paths.environment, console)
+    for line in resume.notes:
+      console(line)
+    set_aside(paths, resume.set_aside)
+    for path, record in resume.records.items():
+      fingerprint_lib.write(path, record)
     _write_json(paths.config, exp_lib.to_dict(exp))
+  distributed.barrier("workdir prepared")  # what the others read next
+  done_before = _latest_step(paths.checkpoints) or 0  # SFT leaves it alone
   mesh, rules = exp.make_mesh()
-  task_sets = data_lib.make_task_sets(exp.data, exp.data_seed)
   if primary:
     # The held-out tasks beside the evaluation's samples: graded again with
     # `python -m codeagent_rl.grade --tasks=... --samples=...`.
@@ -228,7 +396,12 @@ def train_and_evaluate(
     )
     arrays = None
     if exp.sft.steps:
-      arrays = data_lib.sft_arrays(env, task_sets, paths.root)
+      arrays = data_lib.sft_arrays(
+        env,
+        task_sets,
+        paths.root,
+        format_key=fingerprint_lib.tokenizer_digest(exp),
+      )
       report = data_lib.check_isolation(
         exp.data.isolation, arrays, fmt, task_sets, paths.root
       )

@@ -14,6 +14,8 @@ from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import names
 from codeagent_rl.anticheat import pipeline
 from codeagent_rl.anticheat import stage1
+from codeagent_rl.anticheat.corpus import edge_cases
+from codeagent_rl.anticheat.corpus import hacks
 from codeagent_rl.anticheat.corpus import train_classifier
 
 from .conftest import default_config
@@ -150,6 +152,40 @@ def test_shipped_weights_load_and_roundtrip(tmp_path):
   path = tmp_path / "w.json"
   pipeline.save_params(path, params, {"note": "test"})
   chex.assert_trees_all_close(pipeline.load_params(path), params)
+
+
+def test_shipped_classifier_catches_what_the_rules_do_not():
+  # The families the shipped weights never saw, one task each, and the
+  # honest edge cases; code-only samples (no runs to play).
+  tasks = hacks.synthetic_tasks(
+    1, seed=7, families=train_classifier.heldout_families(5)
+  )
+  samples = [s for s in hacks.corpus(tasks, seed=7) if len(s.actions) == 1] + [
+    hacks.Sample(c.task, c.code, c.actions, 0, "edge", c.name)
+    for c in edge_cases.HONEST
+    if len(c.actions) == 1
+  ]
+  x = train_classifier.featurize(samples)
+  y = np.asarray([s.label for s in samples])
+  kinds = np.asarray([s.kind for s in samples])
+  cfg = default_config()
+  # The default config keeps the classifier: the rules alone miss these.
+  assert cfg.classifier
+  score = np.asarray(stage1.score(x, pipeline.load_params(cfg.weights_path)))
+  by_rules = np.asarray(
+    stage1.rejected(stage1.rule_flags(x), np.zeros_like(score), cfg)
+  )
+  rejected = np.asarray(stage1.rejected(stage1.rule_flags(x), score, cfg))
+  assert not rejected[y == 0].any(), kinds[(y == 0) & rejected]
+  extra = ("skip_test", "always_equal", "special_casing", "patching")
+  extra += ("process_network",)
+  sel = np.isin(kinds, extra)
+  assert sel.sum() >= 5 * len(extra)
+  assert not by_rules[sel].any() and rejected[sel].all()
+  # The threshold sits in the gap the measurement found: honest code far
+  # below it, the hacks the classifier catches far above.
+  assert score[y == 0].max() < 0.2 < cfg.classifier_threshold
+  assert score[sel].min() > 0.8 > cfg.classifier_threshold
 
 
 def test_stale_weights_are_named(tmp_path):

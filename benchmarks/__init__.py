@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m benchmarks.NAME` (one per measured quantity)."""
