@@ -201,16 +201,21 @@ def test_quickstart_trains_and_plots(tmp_path):
 
 
 @pytest.mark.xdist_group("notebooks")
-def test_reward_hacking_runs_every_variant(tmp_path):
+def test_reward_hacking_runs_its_variants(tmp_path):
+  # Two of the four variants (no stage, both stages) keep the notebook
+  # inside its budget on a 2-core machine: the first run's SFT and compiles
+  # took 87 s and each later run 20-35 s under load. Each variant's
+  # anti-cheat settings are checked in tests/experiments/reward_hacking_test.py.
   workdir = tmp_path / "hacking"
   nb = execute(
     "reward_hacking.ipynb",
     WORKDIR=str(workdir),
     ITERATIONS=1,
     HACK_DEMOS=0.5,
+    VARIANTS=["none", "both"],
   )
   out = json.loads((workdir / "reward_hacking.json").read_text())
-  assert list(out["results"]) == ["none", "stage1", "stage2", "both"]
+  assert list(out["results"]) == ["none", "both"]
   for variant, result in out["results"].items():
     assert result["iterations"] == 1, variant
     assert result["hack_demo_share"] > 0.2, variant  # SFT saw the hacks
