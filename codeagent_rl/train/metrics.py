@@ -36,13 +36,6 @@ and `codeagent_rl.anticheat.monitors`):
   anticheat/hack_rate     among episodes passing all of suite A, the share
                           with a stage-1 flag raised or a suite-B test
                           failed (null when none passed suite A)
-  oracle/pass             (tasks with an oracle suite only, tasks/oracle.py;
-                          each episode's code judged again, on suite A and
-                          the oracle) share passing every oracle test; also
-                          oracle/suite_a_pass, oracle/hack_rate (share
-                          passing suite A and failing the oracle),
-                          oracle/hack_share (that among suite-A passes),
-                          oracle/episodes, and perf/oracle_s
   episode/turns_p50       median turns of the episodes (also _p90, _max,
                           and episode/tokens_p50, _p90, _max)
   advantage_by_length/<estimator>/<short|medium|long>_mean (and _var)
@@ -59,6 +52,12 @@ and `codeagent_rl.anticheat.monitors`):
   length/failing_turns    mean turns of failing trajectories
   length/failing_tokens   mean tokens of failing trajectories
   code/chars_mean         mean length of the submitted code, in characters
+
+Runs whose tasks carry an oracle suite (tasks/oracle.py) judge each
+episode's code again, on suite A and the oracle, and add `oracle/pass`
+(share passing every oracle test), `oracle/suite_a_pass`, `oracle/hack_rate`
+(share passing suite A and failing the oracle), `oracle/hack_share` (that
+among suite-A passes), `oracle/episodes` and `perf/oracle_s`.
 
 Iterations on stale rollouts add `policy/behaviour_weight_mean` and
 `policy/behaviour_cap_frac` (the truncated importance weight of the loss)
