@@ -253,6 +253,12 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   # the rendered demonstrations. "error" stops the run, "warn" prints it;
   # the report goes to WORKDIR/isolation.json either way. "off": no check.
   data.isolation = "error"
+  # Task files (train_tasks, eval_tasks) are audited before anything
+  # trains: each reference runs on every test of its task, each checker is
+  # loaded and run on the reference's outputs (codeagent_rl/tasks/audit.py).
+  # "skip" drops a task with a problem (counted in WORKDIR/task_audit.json),
+  # "error" stops the run listing them, "off" does not audit.
+  data.bad_tasks = "skip"
   # The seed of the generated tasks and demonstrations; None: config.seed.
   data.seed = ml_collections.config_dict.placeholder(int)
   return data

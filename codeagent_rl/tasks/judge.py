@@ -44,7 +44,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
-import copy
 import dataclasses
 import math
 from typing import Any
@@ -53,6 +52,7 @@ from codeagent_rl import plain_repr
 from codeagent_rl import status as status_lib
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import wire
+from codeagent_rl.tasks import checkers
 from codeagent_rl.tasks import schema
 
 SUITE_NAMES = {
@@ -309,20 +309,27 @@ def normalize_stdout(text: str) -> str:
 
 
 def run_checker(source: str, args: list, kwargs: dict, output: Any) -> bool:
-  """Runs a trusted checker on the host over returned data only.
+  """Whether a trusted checker accepts `output` (exactly True).
 
-  The checker source defines `check(args, kwargs, output)`; it gets copies,
-  and passes the test only by returning exactly True.
+  The checker runs in `checkers.default_runner()`'s child process, on
+  copies, within its time and memory limits.
 
   Raises:
-    Exception: whatever the checker raises (the caller fails the test).
+    CheckerFailed: the checker raised, returned a non-bool, timed out or
+      ended its process (the caller fails the test).
   """
-  namespace: dict[str, Any] = {"__name__": "checker"}
-  exec(compile(source, "<checker>", "exec"), namespace)  # trusted task code
-  verdict = namespace["check"](
-    copy.deepcopy(args), copy.deepcopy(kwargs), copy.deepcopy(output)
-  )
-  return verdict is True
+  outcome = checkers.default_runner().run(source, args, kwargs, output)
+  if outcome.problem:
+    raise CheckerFailed(outcome)
+  return outcome.passed
+
+
+class CheckerFailed(Exception):
+  """A checker gave no verdict; `outcome` says why."""
+
+  def __init__(self, outcome: checkers.Outcome):
+    super().__init__(outcome.detail)
+    self.outcome = outcome
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,21 +344,6 @@ class Verdict:
     return {"passed": self.passed, "reason": self.reason}
 
 
-def _exception_text(error: Exception) -> str:
-  """A checker exception's message, bounded (it may embed the output)."""
-  if type(error).__str__ is BaseException.__str__:
-    # What str() would give, without formatting a huge argument in full.
-    args = error.args
-    if len(args) == 1 and type(args[0]) is str:
-      return args[0][:REASON_MAX_CHARS]
-    shown = args[0] if len(args) == 1 else args
-    return plain_repr.plain_repr(shown, REASON_MAX_CHARS) if args else ""
-  try:
-    return str(error)[:REASON_MAX_CHARS]
-  except Exception:  # noqa: BLE001 - e.g. an int past the digit limit
-    return "<message not printable>"
-
-
 def _judge(
   kind: str, test: dict, run: jobs.TestRun, config: JudgeConfig
 ) -> Verdict:
@@ -362,14 +354,11 @@ def _judge(
     want = normalize_stdout(test["expected_stdout"])
     return Verdict(True) if got == want else Verdict(False, "stdout differs")
   if "checker" in test:
-    try:
-      ok = run_checker(
-        test["checker"], test["args"], test.get("kwargs", {}), run.output
-      )
-    except Exception as e:  # a checker that raises fails the test
-      why = _exception_text(e)
-      return Verdict(False, f"checker raised {type(e).__name__}: {why}")
-    return Verdict(ok, "" if ok else "checker returned a non-True value")
+    # A checker that raises, hangs or returns a non-bool fails the test.
+    outcome = checkers.default_runner().run(
+      test["checker"], test["args"], test.get("kwargs", {}), run.output
+    )
+    return Verdict(outcome.passed, outcome.reason)
   ok, why = values_match(run.output, test["expected"], config)
   return Verdict(ok, why)
 

@@ -21,6 +21,9 @@ MAX_DATA_SEED = 2**32 - 1
 
 # Task generators of `config.data.generator`.
 GENERATORS = ("synthetic", "probes")
+# What the audit of the task files does with a task that has a problem
+# (`tasks/audit.py`): drop it, stop the run, or no audit.
+BAD_TASKS = ("skip", "error", "off")
 # What a leak found by the data-isolation check before SFT does.
 ISOLATION_MODES = ("error", "warn", "off")
 
@@ -87,6 +90,13 @@ class DataConfig:
     isolation: the data-isolation check of the SFT data before SFT
       (`tasks/isolation.py`): "error" (a leak stops the run), "warn" (it
       is reported) or "off".
+    bad_tasks: what the audit of the task files (`train_tasks`,
+      `eval_tasks`; `tasks/audit.py`: references run on every test,
+      checkers loaded and run on their outputs) does with a task that has a
+      problem: "skip" (dropped with a warning, counted in
+      WORKDIR/task_audit.json), "error" (the run stops before anything is
+      written, listing them) or "off" (no audit). Synthetic tasks are not
+      audited: their generator checks its references.
     seed: the seed of the generated tasks and demonstrations, or None for
       the run's `config.seed`. Runs that differ only in `config.seed` then
       share their tasks (and can share one SFT model: the estimator
@@ -115,6 +125,7 @@ class DataConfig:
   probe_give_up: float
   probe_off_by_one: float
   isolation: str
+  bad_tasks: str
   seed: int | None
 
   def __post_init__(self):
@@ -149,6 +160,10 @@ class DataConfig:
       raise ValueError(
         f"config.data.isolation={self.isolation!r}: must be one of"
         f" {ISOLATION_MODES}."
+      )
+    if self.bad_tasks not in BAD_TASKS:
+      raise ValueError(
+        f"config.data.bad_tasks={self.bad_tasks!r}: must be one of {BAD_TASKS}."
       )
     if self.generator not in GENERATORS:
       raise ValueError(

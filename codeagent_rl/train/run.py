@@ -54,6 +54,7 @@ from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
 from codeagent_rl.train import sft as sft_lib
 from codeagent_rl.train import summary as summary_lib
+from codeagent_rl.train import task_audit
 from codeagent_rl.train import workdir as workdir_lib
 
 
@@ -354,11 +355,18 @@ def train_and_evaluate(
   if not exp.sft.retrain:  # a retrain sets a mismatched SFT aside instead
     _check_checkpoints(paths, exp.sft.steps, _latest_step(paths.checkpoints))
   task_sets = data_lib.make_task_sets(exp.data, exp.data_seed)
+  # Task files: bad tasks dropped (or the run stopped) before any write.
+  audited = task_audit.audit_files(exp, paths, task_sets, sandbox)
+  task_sets = audited.task_sets
   # Before anything is written: refuses models made from other inputs.
   resume = check_inputs(exp, paths, task_sets)
   paths.root.mkdir(parents=True, exist_ok=True)
   if primary:
     provenance.record_run(paths.environment, console)
+    for line in audited.lines:
+      console(line)
+    if audited.record is not None:
+      _write_json(paths.task_audit, audited.record)
     for line in resume.notes:
       console(line)
     set_aside(paths, resume.set_aside)

@@ -5,6 +5,8 @@
                        (`codeagent_rl.provenance`)
   sft_data.npz         rendered demonstrations, a cache (`SFT_DATA`)
   isolation.json       the data-isolation check of those demonstrations
+  task_audit.json      the audit of the task files (`tasks/audit.py`);
+                       a resume of the same files reuses it
   sft/                 the SFT checkpoint: PPO's start and KL reference
   sft_fingerprint.json what the SFT model is made from (`fingerprint.py`)
   checkpoints/         PPO checkpoints; a resume picks up the newest
@@ -37,6 +39,7 @@ CONFIG = "config.json"
 ENVIRONMENT = "environment.json"
 SFT_DATA = "sft_data.npz"
 ISOLATION = "isolation.json"
+TASK_AUDIT = "task_audit.json"
 SFT_DIR = "sft"
 SFT_FINGERPRINT = "sft_fingerprint.json"
 VALUE_PRETRAIN_FINGERPRINT = "value_pretrain_fingerprint.json"
@@ -82,6 +85,7 @@ class Workdir:
     self.environment = self.root / ENVIRONMENT
     self.sft_data = self.root / SFT_DATA
     self.isolation = self.root / ISOLATION
+    self.task_audit = self.root / TASK_AUDIT
     self.sft = self.root / SFT_DIR
     self.sft_fingerprint = self.root / SFT_FINGERPRINT
     self.value_pretrain_fingerprint = self.root / VALUE_PRETRAIN_FINGERPRINT
