@@ -38,6 +38,7 @@ import threading
 import time
 from typing import Any
 
+import codeagent_rl
 from codeagent_rl.sandbox import wire
 
 # Longest one checker call may take, in seconds. HumanEval's checkers and
@@ -53,6 +54,8 @@ START_S = 10.0
 # Largest reply accepted from the child, in bytes (a reply is a verdict or
 # a cut message).
 _MAX_REPLY = 1 << 16
+# The directory that holds the `codeagent_rl` package.
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(codeagent_rl.__file__))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +104,12 @@ class CheckerRunner:
 
   def _start(self) -> subprocess.Popen:
     self._buffer = bytearray()
+    # The child imports this very package, wherever the parent found it
+    # (an install, or a checkout on sys.path).
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+      p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p
+    )
     return subprocess.Popen(
       [
         sys.executable,
@@ -112,6 +121,7 @@ class CheckerRunner:
       stdout=subprocess.PIPE,
       stderr=subprocess.DEVNULL,
       close_fds=True,
+      env=env,
     )
 
   def _kill(self) -> int | None:
