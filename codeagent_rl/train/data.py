@@ -101,11 +101,20 @@ def _generate(
   test of either equals a visible test of either, or of `public` (the
   tasks read from a file); the probe tasks are generated as they are.
   """
-  if data.generator == "probes":
-    return {s: probes.generate(data.probes(s, seed)) for s in splits}
-  sets = synthetic.generate_sets(
-    [data.synthetic(s, seed) for s in splits], public=public
-  )
+  try:
+    if data.generator == "probes":
+      return {s: probes.generate(data.probes(s, seed)) for s in splits}
+    sets = synthetic.generate_sets(
+      [data.synthetic(s, seed) for s in splits], public=public
+    )
+  except synthetic.GenerationError as e:
+    # E.g. a task file's visible tests leave a family too few fresh inputs.
+    raise TaskFileError(
+      f"config.data: the {data.generator} generator could not make the"
+      f" {' and '.join(splits)} tasks: {e} Ask for fewer tasks"
+      " (num_train_tasks, num_eval_tasks), other families or another"
+      " data.seed."
+    ) from None
   return dict(zip(splits, sets, strict=True))
 
 
@@ -119,7 +128,8 @@ def make_task_sets(data: train_config.DataConfig, seed: int) -> TaskSets:
   file have none).
 
   Raises:
-    TaskFileError: a task or demonstrations file is unreadable or malformed
+    TaskFileError: the generator cannot make the tasks asked for, or a task
+      or demonstrations file is unreadable or malformed
       (naming the file, line and field) or empty, the splits share task
       ids, or a demonstration names a task that is not a train task.
   """

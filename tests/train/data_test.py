@@ -329,3 +329,23 @@ def test_tests_shown_by_another_prompt_are_public(setup, tmp_path):
   assert saved["public_tests_not_checked"] >= 2 * (
     len(target.hidden_tests) + len(target.heldout_tests)
   )
+
+
+def test_a_generator_that_cannot_make_the_tasks_is_one_message(monkeypatch):
+  exp = exp_lib.Experiment.from_config(tiny.get_config("smoke"))
+
+  def dry(*args, **kwargs):
+    raise synthetic.GenerationError(
+      "t1 (sign level 1): heldout_tests has 2 tests (fewer than 3)."
+    )
+
+  monkeypatch.setattr(synthetic, "generate_sets", dry)
+  with pytest.raises(data_lib.TaskFileError) as info:
+    data_lib.make_task_sets(exp.data, exp.seed)
+  message = str(info.value)
+  assert message.startswith(
+    "config.data: the synthetic generator could not make the train and test"
+    " tasks: t1 (sign level 1): heldout_tests has 2 tests"
+  )
+  assert "num_train_tasks" in message
+  assert isinstance(info.value, exp_lib.SetupError)  # main: one line
