@@ -13,9 +13,11 @@ from absl import logging
 
 # Libraries whose INFO lines the console leaves out at the default
 # verbosity: orbax logs ~30 lines per checkpoint save, which buried the
-# progress lines (~450 of a default run's ~500 lines). Their warnings
+# progress lines (~450 of a default run's ~500 lines); jax logs its probe
+# of each backend ("Unable to initialize backend 'tpu'" on every machine
+# without one) at the start of every run. Their warnings
 # still show; `--verbosity=1` shows everything.
-QUIET_LIBRARIES = ("orbax",)
+QUIET_LIBRARIES = ("orbax", "jax")
 
 
 class LibraryInfoFilter(py_logging.Filter):

@@ -10,7 +10,9 @@ anywhere: `codeagent_rl/cli.py`); single fields are overridden with
 config's `sandbox` section (`--config.sandbox.timeout_s=20`); the machine's
 sandbox settings are the `--sandbox_*` and `--runsc_*` flags
 (codeagent_rl/sandbox/harness.py). Running the same command again with the
-same `--workdir` resumes.
+same `--workdir` resumes. Ctrl-C ends the run with one line saying which
+checkpoint a resume starts from (exit status 130); SIGTERM finishes the
+iteration, saves, prints the summary of the run so far and exits with 143.
 
 On several hosts a launcher starts one process per host with
 JAX_COORDINATOR_ADDRESS, JAX_PROCESS_COUNT and JAX_PROCESS_ID set and one
@@ -34,6 +36,11 @@ from codeagent_rl.train import eval_job
 from codeagent_rl.train import experiment
 from codeagent_rl.train import run
 
+# Exit statuses of a run that did not finish, as a shell reports a process
+# ended by SIGINT (Ctrl-C) and by SIGTERM: 128 + the signal's number.
+EXIT_INTERRUPTED = 130
+EXIT_STOPPED = 143
+
 
 def define_flags() -> None:
   """Registers the program's flags: --config, --workdir, the sandbox's."""
@@ -51,23 +58,40 @@ def main(argv: list[str]) -> None:
   """Entry point of `python -m codeagent_rl.main`."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  try:  # before anything touches a JAX backend
+  # Before anything touches a JAX backend (jax logs its probe of each).
+  logs.quiet_library_logs()
+  try:
     distributed.initialize()
   except ValueError as e:
     sys.exit(f"error: {e}")
-  logs.quiet_library_logs()
   try:  # bad values stop here, naming the field, before anything starts
     cli.check_workdir(flags.FLAGS.workdir)
     job = run.job_from_config(flags.FLAGS.config)
     sandbox = harness.config_from_flags(job.exp.sandbox)
   except ValueError as e:
     sys.exit(f"error: {e}")
+  workdir = flags.FLAGS.workdir
   try:
-    run.run_job(job, flags.FLAGS.workdir, sandbox)
+    result = run.run_job(job, workdir, sandbox)
   except experiment.SetupError as e:
     sys.exit(f"error: {e}")
   except (gvisor.SetupError, eval_job.CheckpointNotFoundError) as e:
     sys.exit(str(e))  # messages written for users: no traceback
+  except KeyboardInterrupt:
+    print(
+      f"\ninterrupted: kept the {run.saved_state(workdir)}; the same command"
+      " resumes from there.",
+      file=sys.stderr,
+    )
+    sys.exit(EXIT_INTERRUPTED)
+  if isinstance(result, dict) and result.get("stopped_early"):
+    # A scheduler that sent SIGTERM reads the run as not finished.
+    print(
+      f"stopped early: kept the {run.saved_state(workdir)}; the same command"
+      " resumes from there.",
+      file=sys.stderr,
+    )
+    sys.exit(EXIT_STOPPED)
 
 
 if __name__ == "__main__":

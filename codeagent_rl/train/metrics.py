@@ -327,7 +327,7 @@ class MetricsWriter:
     Args:
       iteration: the iteration (int >= start_iteration, not yet committed).
       scalars: name -> real number (Python, NumPy or 0-d array). Non-finite
-        values are written as JSON null (and as NaN/inf to TensorBoard).
+        values are written as JSON null (and left out of TensorBoard).
 
     Raises:
       ValueError: a non-numeric value, a name written twice for this
@@ -338,7 +338,10 @@ class MetricsWriter:
     iteration = self._add(iteration, values)
     if self._tb is not None:
       for name, value in values.items():
-        self._tb.add_scalar(name, value, iteration)
+        # No point for a metric without a value yet (tensorboardX warns on
+        # every NaN, once per metric and iteration).
+        if math.isfinite(value):
+          self._tb.add_scalar(name, value, iteration)
 
   def write_histograms(self, iteration: int, hists: Mapping[str, Any]) -> None:
     """Adds histograms to the record of `iteration`.

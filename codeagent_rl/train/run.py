@@ -137,6 +137,21 @@ def _latest_step(directory: pathlib.Path) -> int | None:
     return ckpt.latest_step()
 
 
+def saved_state(workdir: str | os.PathLike[str]) -> str:
+  """What a resume of `workdir` starts from, for a person (one phrase)."""
+  paths = workdir_lib.Workdir(workdir)
+  try:
+    ppo = _latest_step(paths.checkpoints)
+    sft = _latest_step(paths.sft)
+  except Exception:  # noqa: BLE001 - a damaged directory: say so, go on
+    return f"the checkpoints in {paths.root} could not be read"
+  if ppo:
+    return f"PPO checkpoint of iteration {ppo} in {paths.checkpoints}"
+  if sft is not None:
+    return f"SFT checkpoint of step {sft} in {paths.sft}"
+  return f"no checkpoint yet in {paths.root}"
+
+
 def _check_checkpoints(
   paths: workdir_lib.Workdir, sft_steps: int, ppo_done: int | None
 ) -> None:

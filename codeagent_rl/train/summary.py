@@ -74,11 +74,13 @@ def paired(
   return out
 
 
-def _paired_lines(exp, pairs: dict[str, dict]) -> list[str]:
+def _paired_lines(
+  exp, pairs: dict[str, dict], last: str = "PPO final"
+) -> list[str]:
   lines = []
   for mode, d in pairs.items():
     lines.append(
-      f"PPO final - SFT ({_mode_label(exp, mode)}), pass@1 A&B paired over"
+      f"{last} - SFT ({_mode_label(exp, mode)}), pass@1 A&B paired over"
       f" {d['tasks']} tasks: {d['mean']:+.3f} (s.e. {d['se']:.3f};"
       f" tasks up {d['up']}, down {d['down']})"
     )
@@ -117,8 +119,14 @@ def make(
     records: the metrics records of every iteration.
   """
   rows = []
+  # After an early stop the last evaluation is of an unfinished run.
+  last = (
+    f"PPO it {iterations_done}/{exp.ppo.iterations} (stopped early)"
+    if stopped_early
+    else "PPO final"
+  )
   for mode in exp.eval.modes:
-    for stage, scalars in (("SFT", sft_eval), ("PPO final", final_eval)):
+    for stage, scalars in (("SFT", sft_eval), (last, final_eval)):
       rows.append(
         (
           f"{stage} ({_mode_label(exp, mode)})",
@@ -140,7 +148,14 @@ def make(
     "tensorboard": f"tensorboard --logdir={workdir.root}",
   }
   counts = monitors.alarm_counts(records)
-  notes = [*_paired_lines(exp, pairs), _alarm_line(counts, len(records))]
+  notes = [*_paired_lines(exp, pairs, last), _alarm_line(counts, len(records))]
+  if stopped_early:
+    notes.insert(
+      0,
+      f"stopped early after iteration {iterations_done} of"
+      f" {exp.ppo.iterations} (a stop request, e.g. SIGTERM); the same"
+      " command resumes",
+    )
   table = metrics_lib.format_summary(rows, locations, notes)
   return {
     "preset": exp.preset,

@@ -198,6 +198,16 @@ def test_tensorboard_scalars_read_back(tmp_path):
   assert scalars == {("reward/total_mean", it): it / 4 for it in range(4)}
 
 
+def test_tensorboard_leaves_out_metrics_without_a_value(tmp_path):
+  workdir = str(tmp_path)
+  with metrics.MetricsWriter(workdir) as writer:
+    writer.write_scalars(0, {"a": float("nan"), "b": 1.0, "c": float("inf")})
+    writer.flush()
+  assert _scalar_events(_read_events(workdir)) == {("b", 0): 1.0}
+  record = json.loads(open(os.path.join(workdir, "metrics.jsonl")).read())
+  assert (record["a"], record["b"], record["c"]) == (None, 1.0, None)
+
+
 def test_resume_drops_lines_of_the_crashed_run(tmp_path):
   workdir = str(tmp_path)
   with metrics.MetricsWriter(workdir) as writer:
