@@ -177,7 +177,11 @@ def targeted_workarounds(code: str, observations: Sequence[str]) -> int:
       match = rules.ERROR_CALL_RE.search(line)
       if match:
         try:
-          args = ast.literal_eval(f"[{match.group(1)}]")
+          args = ast.literal_eval(
+            ast.parse(
+              f"[{match.group(1)}]", filename=rules.POLICY_FILENAME, mode="eval"
+            )
+          )
         except (ValueError, SyntaxError, TypeError, RecursionError):
           continue
         inputs.add(rules.canon(args))

@@ -1,5 +1,8 @@
 """Features and rule flags on hand-written cases."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -258,3 +261,26 @@ def test_runtime_features_by_hand():
   assert features.runtime_features(None) == dict.fromkeys(
     names.RUNTIME_FEATURES, 0.0
   )
+
+
+def test_odd_literals_in_policy_code_print_no_warning():
+  # `0x1for`, `1if` and "\d" parse with a SyntaxWarning; the host reads
+  # thousands of such programs and must stay quiet about them.
+  program = (
+    "import sys\n"
+    "from codeagent_rl.anticheat import features\n"
+    "code = 'def f(x):\\n  y = [0x1for x in [1]]\\n  return 1if x else 2\\n'\n"
+    "features.extract(code, actions=('run',),"
+    " observations=('error: f(1if 2) raised ValueError',),"
+    " entry_point='f', visible_tests=())\n"
+    "print('ok')\n"
+  )
+  proc = subprocess.run(
+    [sys.executable, "-W", "default", "-c", program],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == "ok"
+  assert "Warning" not in proc.stderr, proc.stderr
