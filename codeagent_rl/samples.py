@@ -7,8 +7,10 @@ A line is `{"task_id": ..., "completion": "<python source>"}`, optionally
 with `"trajectory": [actions]` (each the action text, or a `["run" |
 "submit", code]` pair) and `"observations": [str | null, ...]` (what the
 agent saw after each action: one per trajectory action, null where there was
-none). Other keys are ignored (the main job's files add `"mode"`). Blank
-lines are skipped. `python -m codeagent_rl.grade` grades such files; the
+none), and `"mode"` (a string naming how it was sampled: the main job's
+files say "greedy" or "sampled", and `grade` reports pass@k per mode as
+well as over all samples). Other keys are ignored. Blank lines are
+skipped. `python -m codeagent_rl.grade` grades such files; the
 main job writes its final evaluation's episodes as one
 (`eval_final_samples.jsonl`), and `anticheat/corpus/train_classifier.py`
 learns from a model's solved ones.
@@ -42,6 +44,7 @@ class Sample:
     trajectory: the actions that led to it, if given.
     observations: per trajectory action, what the agent saw after it (None
       where nothing), if given.
+    mode: how it was sampled (e.g. "greedy"), if given.
   """
 
   index: int
@@ -50,6 +53,7 @@ class Sample:
   completion: str
   trajectory: tuple | None = None
   observations: tuple[str | None, ...] | None = None
+  mode: str | None = None
 
   def actions_and_observations(self) -> tuple[list, list | None]:
     """(actions, observations) ending with the completion as the submit.
@@ -111,6 +115,12 @@ def read_samples(
       except ValueError as e:
         raise SampleFormatError(f"{where}: trajectory[{i}]: {e}") from None
     observations = _observations(obj, len(trajectory or ()), where)
+    mode = obj.get("mode")
+    if mode is not None and (not isinstance(mode, str) or not mode):
+      raise SampleFormatError(
+        f'{where}: mode: must be a non-empty string (e.g. "greedy") or'
+        " left out."
+      )
     samples.append(
       Sample(
         index=len(samples),
@@ -119,6 +129,7 @@ def read_samples(
         completion=completion,
         trajectory=None if trajectory is None else tuple(trajectory),
         observations=observations,
+        mode=mode,
       )
     )
   return samples

@@ -176,6 +176,43 @@ def test_summarize_hand_case():
   assert summary["suite_a"]["pass@1"] == pytest.approx((2 / 3 + 1) / 2)
 
 
+def test_summarize_per_mode_when_samples_say_how_they_were_sampled():
+  # One greedy episode and four sampled ones per task, as the main job's
+  # eval_final_samples.jsonl: task x's greedy one solves, 1 of 4 sampled.
+  lines = [_line("x", 2, 2, mode="greedy"), _line("y", 0, 0, mode="greedy")]
+  lines += [_line("x", 2, 2, mode="sampled")]
+  lines += [_line("x", 0, 0, mode="sampled")] * 3
+  lines += [_line("y", 2, 2, mode="sampled")] * 2
+  lines += [_line("y", 0, 2, mode="sampled")] * 2
+  summary = grade.summarize(lines)
+  assert summary["suite_a_and_b"]["pass@1"] == pytest.approx(
+    (2 / 5 + 2 / 5) / 2
+  )
+  by_mode = summary["by_mode"]
+  assert by_mode["greedy"]["suite_a_and_b"] == {"pass@1": 0.5}
+  assert by_mode["sampled"]["suite_a_and_b"]["pass@1"] == pytest.approx(
+    (1 / 4 + 2 / 4) / 2
+  )
+  assert by_mode["sampled"]["num_samples"] == 8
+  text = grade.summary_lines(summary)
+  assert "suite_a_and_b [greedy]: pass@1 0.5000" in text
+  assert "suite_a_and_b [sampled]: pass@1 0.3750" in text
+  # 5 samples per task overall: pass@5 too, of the mixed set only.
+  assert (
+    "suite_a_and_b [all modes mixed]: pass@1 0.4000, pass@5 1.0000" in text
+  )
+  # Without modes: no per-mode part, unlabelled lines.
+  plain = grade.summarize([dict(line, mode=None) for line in lines])
+  assert "by_mode" not in plain
+  assert grade.summary_lines(plain)[1].startswith("suite_a_and_b: pass@1")
+  # One mode only: its lines, not a second copy for "all".
+  one = grade.summarize([line for line in lines if line["mode"] == "greedy"])
+  assert grade.summary_lines(one) == [
+    "suite_a [greedy]: pass@1 0.5000",
+    "suite_a_and_b [greedy]: pass@1 0.5000",
+  ]
+
+
 def test_summarize_empty_suite_b_counts_as_passed():
   no_b = {"suite_b": {"passed": 0, "total": 0}}
   lines = [_line("z", 2, 0, total=2) | no_b]

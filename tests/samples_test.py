@@ -39,6 +39,7 @@ def test_episode_lines_read_back(tmp_path):
   assert not list(tmp_path.glob("*.tmp"))
   assert json.loads(path.read_text().splitlines()[0])["mode"] == "greedy"
   done, open_ = samples.read_samples(path, ["add"])
+  assert (done.mode, open_.mode) == ("greedy", None)
   assert done.completion == TASK.reference_solution
   assert done.trajectory == tuple(t.action_text for t in state.turns)
   body = state.turns[0].observation.body
@@ -53,3 +54,9 @@ def test_episode_lines_read_back(tmp_path):
   assert actions[-1] == ("submit", "") and observations[-1] is None
   with pytest.raises(samples.SampleFormatError, match="not in the task file"):
     samples.read_samples(path, ["other"])
+  for bad in (3, "", ["greedy"]):
+    path.write_text(
+      json.dumps({"task_id": "add", "completion": "", "mode": bad})
+    )
+    with pytest.raises(samples.SampleFormatError, match=r":1: mode: must be"):
+      samples.read_samples(path, ["add"])

@@ -185,6 +185,15 @@ class SandboxConfig:
     if not os.path.isabs(self.python):
       raise bad("python", "must be an absolute path.")
 
+  def describe(self) -> str:
+    """How jobs are served, in words: `gvisor x2`, `ray (4 actors x2 ...)`."""
+    if self.backend == "ray":
+      return (
+        f"ray ({self.ray_actors} actors x{self.pool_size}"
+        f" {self.ray_backend}, {self.ray_address})"
+      )
+    return f"{self.backend} x{self.pool_size}"
+
   @property
   def process_memory_mb(self) -> int:
     """The address-space limit (RLIMIT_AS) of each job process, in MiB."""

@@ -49,6 +49,15 @@ from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
 from codeagent_rl.sandbox import worker
 
+# The logger of Ray's token-authentication set-up.
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _hide_auth_enabled(record: logging.LogRecord) -> bool:
+  """False for Ray's notice that token authentication is on (see _connect)."""
+  return not str(record.msg).startswith("Token authentication is enabled")
+
+
 # Ray's namespace for the fleet's named actors.
 NAMESPACE = "codeagent_rl_sandbox"
 # Times a job is sent to an actor: once, and once more after its actor
@@ -233,7 +242,16 @@ class RayFleet:
       resources = {}
       if self.config.ray_resource:
         resources[self.config.ray_resource] = self.config.ray_actors
-      ray.init(address="local", resources=resources, **kwargs)
+      # Ray turns token authentication on for a cluster that ray.init
+      # starts and logs a warning that it did (unless RAY_AUTH_MODE is
+      # set, which must happen before `import ray`): news about Ray's
+      # default, not a fault, so it stays off the console.
+      auth_log = logging.getLogger(RAY_AUTH_LOGGER)
+      auth_log.addFilter(_hide_auth_enabled)
+      try:
+        ray.init(address="local", resources=resources, **kwargs)
+      finally:
+        auth_log.removeFilter(_hide_auth_enabled)
     else:
       try:
         ray.init(address=address, **kwargs)

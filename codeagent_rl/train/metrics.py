@@ -588,6 +588,47 @@ def format_progress(
   return " | ".join(parts)
 
 
+def format_sft_progress(
+  step: int,
+  num_steps: int,
+  scalars: Mapping[str, Any],
+  elapsed_s: float,
+  *,
+  start_step: int = 0,
+) -> str:
+  """One console line for SFT's progress, with an ETA as `format_progress`.
+
+  Args:
+    step: optimiser steps done (1-based, as in "SFT 250/1300").
+    num_steps: `sft.steps`.
+    scalars: "sft/loss", "sft/token_accuracy", "sft/steps_per_s" ("-" when
+      missing).
+    elapsed_s: wall seconds since this process started at `start_step`.
+    start_step: the first step of this process (after a resume), so the ETA
+      uses only steps timed here.
+
+  Returns:
+    e.g. "SFT  250/1300 | loss 0.1417 | token acc 0.954 | 2.6 steps/s |
+    elapsed 1m35s | ETA 6m40s".
+  """
+  width = len(str(num_steps))
+  timed = step - start_step
+  eta = math.nan
+  if timed > 0 and isinstance(elapsed_s, numbers.Real) and elapsed_s >= 0:
+    eta = elapsed_s / timed * max(num_steps - step, 0)
+  return " | ".join(
+    [
+      f"SFT {step:>{width}}/{num_steps}",
+      f"loss {_format_value(scalars, 'sft/loss', '{:.4f}').strip()}",
+      "token acc"
+      f" {_format_value(scalars, 'sft/token_accuracy', '{:.3f}').strip()}",
+      f"{_format_value(scalars, 'sft/steps_per_s', '{:.1f}').strip()} steps/s",
+      f"elapsed {format_duration(elapsed_s)}",
+      f"ETA {format_duration(eta)}",
+    ]
+  )
+
+
 def format_summary(
   rows: Sequence[tuple[str, Any, Any]],
   locations: Mapping[str, str] | None = None,

@@ -406,7 +406,7 @@ def train_and_evaluate(
     f"codeagent_rl: preset {exp.preset}, {exp.model.num_params():,} params"
     f"{critic}, {len(task_sets.train)} train / {len(task_sets.eval)} held-out"
     " tasks,"
-    f" sandbox {_sandbox_text(sandbox)}, workdir {paths.root}"
+    f" sandbox {sandbox.describe()}, workdir {paths.root}"
   )
   anticheat = pipeline.AntiCheat.from_config(exp.anticheat)
   with pools.open_pool(sandbox) as pool:
@@ -434,7 +434,7 @@ def train_and_evaluate(
           console("\n".join(["WARNING: leaking tasks:", *report.table()]))
     t0 = time.perf_counter()
     sft_params, sft_metrics = sft_lib.run_sft(
-      exp, arrays, paths.root, mesh, rules
+      exp, arrays, paths.root, mesh, rules, console=console
     )
     sft_s = time.perf_counter() - t0
     loss = sft_metrics.get("sft/loss")  # absent without SFT steps
@@ -571,16 +571,6 @@ def job_from_config(config: ml_collections.ConfigDict) -> Job:
     humaneval, exp = eval_job.validate_config(config)
     return Job(kind, exp, humaneval)
   raise ValueError(f"config.job={kind!r}: expected one of {JOBS}.")
-
-
-def _sandbox_text(sandbox) -> str:
-  """How the run's sandboxes are served, for its first console line."""
-  if sandbox.backend == "ray":
-    return (
-      f"ray ({sandbox.ray_actors} actors x{sandbox.pool_size}"
-      f" {sandbox.ray_backend}, {sandbox.ray_address})"
-    )
-  return f"{sandbox.backend} x{sandbox.pool_size}"
 
 
 def run_job(

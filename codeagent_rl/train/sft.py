@@ -34,6 +34,7 @@ from codeagent_rl.parallel import transfers
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import keys
+from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import steps
 from codeagent_rl.train import workdir as workdir_lib
 
@@ -96,6 +97,7 @@ def run_sft(
   rules: Any,
   *,
   log_metrics=None,
+  console=None,
 ) -> tuple[Any, dict[str, float]]:
   """Trains (or restores) the SFT actor.
 
@@ -111,6 +113,8 @@ def run_sft(
     mesh: the device mesh.
     rules: logical-axis rules.
     log_metrics: optional `fn(step, scalars)` called every `log_every` steps.
+    console: optional `fn(line)` given a progress line with an ETA every
+      `log_every` steps (`metrics.format_sft_progress`).
 
   Returns:
     (actor params, final scalars {"sft/loss", "sft/token_accuracy", ...}).
@@ -187,6 +191,7 @@ def run_sft(
       log_metrics,
       start=start,
       save=save,
+      console=console,
     )
     save(actor, exp.sft.steps, metrics)
     return actor.params, metrics
@@ -235,7 +240,17 @@ def length_grouped_batches(
 
 
 def _train(
-  exp, arrays, actor, shardings, optim, mesh, rules, log_metrics, start, save
+  exp,
+  arrays,
+  actor,
+  shardings,
+  optim,
+  mesh,
+  rules,
+  log_metrics,
+  start,
+  save,
+  console=None,
 ):
   """Runs SFT steps `start` .. `sft.steps`; returns (actor, last metrics).
 
@@ -301,14 +316,13 @@ def _train(
           )
         elapsed = time.perf_counter() - t0
         metrics["sft/steps_per_s"] = (done - start) / elapsed
-        logging.info(
-          "SFT %d/%d loss %.4f token acc %.3f (%.1f steps/s)",
-          done,
-          cfg.steps,
-          metrics["sft/loss"],
-          metrics["sft/token_accuracy"],
-          metrics["sft/steps_per_s"],
+        line = metrics_lib.format_sft_progress(
+          done, cfg.steps, metrics, elapsed, start_step=start
         )
+        if console is not None:
+          console(line)
+        else:
+          logging.info("%s", line)
         if log_metrics is not None:
           log_metrics(done, metrics)
         window = []

@@ -7,6 +7,7 @@ summary.json and prints its table.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 from typing import Any
@@ -96,6 +97,14 @@ def _alarm_line(counts: dict[str, int], iterations: int) -> str:
   return f"monitor alarms: {fired} (warnings above; monitor/* in metrics)"
 
 
+def _tensorboard_command(root: pathlib.Path) -> str:
+  """How to view the run's event files, with the install step if needed."""
+  command = f"tensorboard --logdir={root}"
+  if importlib.util.find_spec("tensorboard") is None:
+    return f"pip install tensorboard, then {command}"
+  return command
+
+
 def make(
   exp: exp_lib.Experiment,
   workdir: workdir_lib.Workdir,
@@ -145,7 +154,7 @@ def make(
     "checkpoints": str(workdir.checkpoints),
     "SFT checkpoint": start,
     "metrics": str(workdir.metrics),
-    "tensorboard": f"tensorboard --logdir={workdir.root}",
+    "tensorboard": _tensorboard_command(workdir.root),
   }
   counts = monitors.alarm_counts(records)
   notes = [*_paired_lines(exp, pairs, last), _alarm_line(counts, len(records))]

@@ -9,6 +9,7 @@ import dataclasses
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -245,3 +246,41 @@ def test_config_checks_the_ray_settings():
       dataclasses.replace(GVISOR, backend="ray", **{field: value})
   with pytest.raises(ValueError, match="open_pool"):
     harness.SandboxPool(dataclasses.replace(GVISOR, backend="ray"))
+
+
+def test_describe_names_actors_for_ray_and_sandboxes_otherwise():
+  # The first console lines of the trainer and of grade use it.
+  assert GVISOR.describe() == "gvisor x2"
+  ray = sandboxes.ray_config(GVISOR, actors=3)
+  assert ray.describe() == "ray (3 actors x2 gvisor, local)"
+
+
+def test_fleet_that_starts_its_own_cluster_prints_no_warning():
+  # A fresh process (no session cluster): the fleet starts Ray itself, as
+  # `grade --sandbox_backend=ray` and the trainer do. Ray's own start-up
+  # chatter below WARNING is hidden by the fleet's logging level; a warning
+  # (e.g. about token authentication) would reach the user's console.
+  program = (
+    "import dataclasses\n"
+    "from codeagent_rl.sandbox import jobs, pools\n"
+    "from tests.helpers import sandboxes\n"
+    "config = sandboxes.ray_config(\n"
+    "  sandboxes.short_config('gvisor', 1), actors=1, in_flight=1)\n"
+    "config = dataclasses.replace(config, ray_resource='')\n"
+    "with pools.open_pool(config) as pool:\n"
+    "  print(pool.run(jobs.Job.program('print(6 * 7)')).stdout.strip())\n"
+  )
+  env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+  proc = subprocess.run(
+    [sys.executable, "-c", program],
+    capture_output=True,
+    text=True,
+    timeout=180,
+    cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    env=env,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.strip().splitlines()[-1] == "42"
+  assert "WARNING" not in proc.stderr and "Warning" not in proc.stderr, (
+    proc.stderr[-3000:]
+  )

@@ -406,6 +406,28 @@ def test_progress_line_with_missing_and_bad_values():
   assert line.index("| sandbox") == full.index("| sandbox")
 
 
+def test_sft_progress_line_and_its_eta_after_a_resume():
+  scalars = {
+    "sft/loss": 0.14171,
+    "sft/token_accuracy": 0.9541,
+    "sft/steps_per_s": 2.63,
+  }
+  # 250 steps in 95 s: 1050 left at 0.38 s each.
+  assert metrics.format_sft_progress(250, 1300, scalars, 95.0) == (
+    "SFT  250/1300 | loss 0.1417 | token acc 0.954 | 2.6 steps/s"
+    " | elapsed 1m35s | ETA 6m39s"
+  )
+  # Resumed at 1000: 50 steps in 20 s, 250 left.
+  line = metrics.format_sft_progress(1050, 1300, scalars, 20.0, start_step=1000)
+  assert line.endswith("| elapsed 20s | ETA 1m40s")
+  bad = metrics.format_sft_progress(
+    5, 10, {"sft/loss": math.inf}, elapsed_s=math.nan
+  )
+  assert bad == (
+    "SFT  5/10 | loss inf | token acc - | - steps/s | elapsed - | ETA -"
+  )
+
+
 @pytest.mark.parametrize(
   "seconds, text",
   [(0, "0s"), (59.4, "59s"), (60, "1m00s"), (3599, "59m59s"), (7500, "2h05m")],

@@ -67,11 +67,22 @@ def test_interrupted_sft_resumes_and_equals_a_straight_run(tmp_path):
   with ckpt_lib.Checkpointer(workdir / workdir_lib.SFT_DIR, config) as ckpt:
     assert ckpt.latest_step() == 4  # saved every 2 steps; 5 was not done
 
-  seen = []
+  seen, lines = [], []
   resumed, _ = sft_lib.run_sft(
-    exp, arrays, workdir, mesh, rules, log_metrics=lambda s, m: seen.append(s)
+    exp,
+    arrays,
+    workdir,
+    mesh,
+    rules,
+    log_metrics=lambda s, m: seen.append(s),
+    console=lines.append,
   )
   assert seen == [5, 6]  # steps 1-4 were not trained again
+  # The console's progress lines: one per logged step, the ETA from the
+  # steps this process timed (none left after the last).
+  assert [line.split(" | ")[0] for line in lines] == ["SFT 5/6", "SFT 6/6"]
+  assert lines[-1].endswith("| ETA 0s"), lines
+  assert all(" steps/s | elapsed " in line for line in lines), lines
   for a, b in zip(_leaves(straight), _leaves(resumed), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   # A finished SFT is restored, not trained.

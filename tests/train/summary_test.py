@@ -1,5 +1,6 @@
 """The run's summary: alarm counts, paired lines from saved per-task rates."""
 
+import importlib.util
 import json
 
 from codeagent_rl.anticheat import monitors
@@ -75,3 +76,25 @@ def test_missing_or_damaged_per_task_gives_no_paired_lines(tmp_path):
   for path in (tmp_path / "missing.json", damaged, old):
     assert summary.read_per_task(path) is None
   assert summary.paired(exp, None, {"greedy": {}}) == {}
+
+
+def test_tensorboard_line_says_how_to_install_it_when_missing(
+  tmp_path, monkeypatch
+):
+  real = importlib.util.find_spec
+  installed = {"tensorboard": True}
+
+  def find_spec(name, *args):
+    if name == "tensorboard":
+      return object() if installed["tensorboard"] else None
+    return real(name, *args)
+
+  monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+  assert summary._tensorboard_command(tmp_path) == (
+    f"tensorboard --logdir={tmp_path}"
+  )
+  installed["tensorboard"] = False
+  assert summary._tensorboard_command(tmp_path) == (
+    "pip install tensorboard, then tensorboard"
+    f" --logdir={tmp_path}"
+  )
