@@ -198,9 +198,7 @@ def test_summarize_per_mode_when_samples_say_how_they_were_sampled():
   assert "suite_a_and_b [greedy]: pass@1 0.5000" in text
   assert "suite_a_and_b [sampled]: pass@1 0.3750" in text
   # 5 samples per task overall: pass@5 too, of the mixed set only.
-  assert (
-    "suite_a_and_b [all modes mixed]: pass@1 0.4000, pass@5 1.0000" in text
-  )
+  assert "suite_a_and_b [all modes mixed]: pass@1 0.4000, pass@5 1.0000" in text
   # Without modes: no per-mode part, unlabelled lines.
   plain = grade.summarize([dict(line, mode=None) for line in lines])
   assert "by_mode" not in plain

@@ -41,6 +41,7 @@ import atexit
 import collections.abc
 import dataclasses
 import json
+import logging
 import os
 from typing import Any
 
@@ -121,6 +122,11 @@ class TrainCheckpoint:
   data_position: dict[str, Any]
 
 
+def _hide_read_only_notice(record: logging.LogRecord) -> bool:
+  """False for orbax's notice that a manager was opened read-only."""
+  return not str(record.msg).startswith("Given directory is read only")
+
+
 class Checkpointer:
   """Saves and restores `TrainCheckpoint`s in one directory.
 
@@ -179,7 +185,18 @@ class Checkpointer:
         # Deletes what a killed save left behind (unfinalized tmp dirs).
         cleanup_tmp_directories=True,
       )
-    self._manager = ocp.CheckpointManager(self._directory, options=options)
+    if read_only:
+      # Orbax warns "Given directory is read only" when a manager is opened
+      # for reading, which users of a resume took for a fault with their
+      # files; reading is what was asked for here.
+      absl_logger = logging.getLogger("absl")
+      absl_logger.addFilter(_hide_read_only_notice)
+      try:
+        self._manager = ocp.CheckpointManager(self._directory, options=options)
+      finally:
+        absl_logger.removeFilter(_hide_read_only_notice)
+    else:
+      self._manager = ocp.CheckpointManager(self._directory, options=options)
     self._closed = False
     if config.async_save and not read_only:
       atexit.register(self.close)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+from absl import logging as absl_logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -223,6 +225,23 @@ def test_read_only_reader_sees_new_steps(tmp_path):
     with pytest.raises(RuntimeError, match="read-only"):
       reader.save(_ckpt(3))
     reader.close()
+
+
+def test_opening_to_read_logs_no_warning(tmp_path, caplog):
+  # Orbax's "Given directory is read only" reads like a fault with the
+  # user's files; only the reader's own notice is hidden.
+  with checkpoint.Checkpointer(tmp_path, SYNC) as writer:
+    writer.save(_ckpt(1))
+  with caplog.at_level(logging.WARNING):
+    with checkpoint.Checkpointer(tmp_path, SYNC, read_only=True) as reader:
+      assert reader.latest_step() == 1
+  assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [
+    r.getMessage() for r in caplog.records
+  ]
+  # The filter goes with the manager: absl's later warnings still show.
+  with caplog.at_level(logging.WARNING):
+    absl_logging.warning("Given directory is read only=%s", "elsewhere")
+  assert "elsewhere" in caplog.text
 
 
 # --- Crash safety ------------------------------------------------------------

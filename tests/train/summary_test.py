@@ -95,6 +95,5 @@ def test_tensorboard_line_says_how_to_install_it_when_missing(
   )
   installed["tensorboard"] = False
   assert summary._tensorboard_command(tmp_path) == (
-    "pip install tensorboard, then tensorboard"
-    f" --logdir={tmp_path}"
+    f"pip install tensorboard, then tensorboard --logdir={tmp_path}"
   )
