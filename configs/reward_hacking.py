@@ -52,6 +52,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # inside its 180 s.
     data.num_eval_tasks = 4 if smoke else 64
     config.eval.samples_per_task = 1 if smoke else 2
+    # The recipe the experiment's numbers (docs/reward_hacking.md) were
+    # measured with; configs/tiny.py's default preset has since moved to
+    # 24 iterations and an SFT rate of 1.5e-3 for its own data.
+    config.ppo.iterations = 2 if smoke else 16
+    config.sft.learning_rate = 3e-3
     # The hack demonstrations' probabilities are the experiment's
     # --hack_demos; off here, so the config alone trains honestly.
     data.hardcoded = 0.0

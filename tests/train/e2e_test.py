@@ -288,9 +288,12 @@ def run_all(root: pathlib.Path) -> dict:
 
 
 def _main(root: str) -> None:
-  jax.config.update("jax_compilation_cache_dir", os.path.join(root, "jit"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  # The runs share their compilations (the suite's cache when conftest set
+  # one, else one of their own).
+  if not jax.config.jax_compilation_cache_dir:
+    jax.config.update("jax_compilation_cache_dir", os.path.join(root, "jit"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
   results = run_all(pathlib.Path(root))
   with open(os.path.join(root, "results.json"), "w") as f:
     json.dump(results, f, default=str, indent=1)
