@@ -91,3 +91,26 @@ def test_script_installs_as_readme_says_with_the_lock():
   assert readme == script, "README's install command and .ci/run's differ."
   assert readme[0].endswith(" -c constraints.txt"), readme
   assert (REPO_ROOT / "constraints.txt").is_file()
+
+
+def test_the_suite_and_its_subprocesses_share_one_compilation_cache():
+  """conftest.py sets the cache before jax is imported, for every process."""
+  import jax  # noqa: PLC0415 (imported after conftest, as every test does)
+
+  from tests.helpers import processes  # noqa: PLC0415
+
+  cache = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  assert cache and pathlib.Path(cache).is_dir()
+  assert jax.config.jax_compilation_cache_dir == cache
+  # A size limit: jax then locks the cache, so a process never reads an
+  # entry another is still writing.
+  assert int(jax.config.jax_compilation_cache_max_size) > 0
+  proc = processes.run_python(
+    "-c",
+    "import jax; print(jax.config.jax_compilation_cache_dir);"
+    " print(jax.jit(lambda x: x * 3)(2))",
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.split() == [cache, "6"]
+  # The subprocess's compilation landed in the shared directory.
+  assert any(p.name.endswith("-cache") for p in pathlib.Path(cache).iterdir())
