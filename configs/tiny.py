@@ -366,7 +366,7 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   # only the final one; with 8 samples per task an evaluation takes ~45 s
   # on two cores (a fifth of PPO), and the progress lines show the training
   # pass rate every iteration.
-  ppo.eval_every = ppo.get_ref("iterations")
+  ppo.eval_every = 24 if preset == "default" else 2
   # No value pre-training: the critic warm-up iterations above do its work
   # inside the PPO budget, as the README's numbers were measured.
   ppo.value_pretrain_iterations = 0

@@ -62,8 +62,9 @@ def test_paired_lines_per_mode_from_saved_per_task(tmp_path):
   assert summary._paired_lines(exp, paired) == [
     "PPO final - SFT (greedy), pass@1 A&B paired over 2 tasks: +0.500"
     " (s.e. 0.500; tasks up 1, down 0)",
-    "PPO final - SFT (sampled, 4 per task), pass@1 A&B paired over 2 tasks:"
-    " +0.125 (s.e. 0.375; tasks up 1, down 1)",
+    f"PPO final - SFT (sampled, {exp.eval.samples_per_task} per task),"
+    " pass@1 A&B paired over 2 tasks: +0.125 (s.e. 0.375; tasks up 1,"
+    " down 1)",
   ]
 
 
