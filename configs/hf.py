@@ -126,8 +126,10 @@ def get_ppo_config(smoke: bool) -> ml_collections.ConfigDict:
   ppo.minibatches = 1 if smoke else 4
   ppo.micro_batch_size = 2 if smoke else 4
   # Rows per forward of the log-prob and value passes: like the train
-  # step's (no backward, so activations are the smaller part).
-  ppo.logprob_micro_batch_size = ppo.get_ref("micro_batch_size")
+  # step's (no backward, so activations are the smaller part). identity()
+  # makes a reference that follows micro_batch_size; the bare get_ref would
+  # make the two fields one, so overriding this one would set both.
+  ppo.logprob_micro_batch_size = ppo.get_ref("micro_batch_size").identity()
   # 0: rollouts in lockstep, one KV-cache row each; > 0: that many rows,
   # refilled as episodes end (rollout/continuous.py). Measured on 2 CPU
   # cores (benchmarks/rollout_refill_bench.py, 16 episodes of 2-50 turns):

@@ -1,5 +1,6 @@
 """Every file in configs/ loads, and each of its sections validates."""
 
+import copy
 import importlib
 import pathlib
 
@@ -235,3 +236,68 @@ def test_every_unset_field_can_be_set_from_the_command_line(name):
   for preset in PRESETS.get(name, [None]):
     config = module.get_config(preset)
     assert _untyped_nones(config) == [], f"configs/{name}.py:{preset}"
+
+
+def _leaves(config, prefix=""):
+  """{dotted name: (its ConfigDict, key)} for every non-section field."""
+  out = {}
+  for key in config.keys():
+    value = config[key]
+    if isinstance(value, ml_collections.ConfigDict):
+      out.update(_leaves(value, f"{prefix}{key}."))
+    else:
+      out[prefix + key] = (config, key)
+  return out
+
+
+def _computed_from(field, source):
+  """Whether FieldReference `field` computes its value from `source`."""
+  if not isinstance(field, ml_collections.FieldReference):
+    return False
+  stack = [field._value]  # noqa: SLF001 (what the reference points at)
+  stack += [a for op in field._ops for a in op.args]  # noqa: SLF001
+  while stack:
+    ref = stack.pop()
+    if ref is source:
+      return True
+    if isinstance(ref, ml_collections.FieldReference):
+      stack.append(ref._value)  # noqa: SLF001
+      stack += [a for op in ref._ops for a in op.args]  # noqa: SLF001
+  return False
+
+
+def _other_value(value):
+  if isinstance(value, bool):
+    return not value
+  if isinstance(value, int):
+    return value + 3
+  return value * 1.7 + 0.1
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_overriding_a_field_changes_only_it_and_what_is_computed_from_it(name):
+  """--config.a=V must not move field b unless b is derived from a.
+
+  Two fields that hold one FieldReference are aliases: setting either sets
+  both, so overriding a field that merely defaults to another's value
+  silently overrode the other as well.
+  """
+  module = importlib.import_module(f"configs.{name}")
+  for preset in PRESETS.get(name, [None]):
+    base = module.get_config(preset)
+    before = {p: c[k] for p, (c, k) in _leaves(base).items()}
+    for path, value in before.items():
+      if not isinstance(value, (bool, int, float)):
+        continue
+      config = copy.deepcopy(base)
+      leaves = _leaves(config)
+      parent, key = leaves[path]
+      source = parent._fields[key]  # noqa: SLF001
+      setattr(parent, key, _other_value(value))
+      for other, (c, k) in leaves.items():
+        if other == path or c[k] == before[other]:
+          continue
+        field = c._fields[k]  # noqa: SLF001
+        assert field is not source and _computed_from(field, source), (
+          f"configs/{name}.py:{preset}: setting {path} changed {other}"
+        )
