@@ -234,3 +234,30 @@ def test_the_pure_modules_import_nothing_host_side():
 
 def test_the_package_has_no_import_cycle():
   assert cycles(package_graph()) == []
+
+
+# Heavy optional packages the main job, grading and the CLIs' --help never
+# need. tensorboardX imports torch whenever torch is installed (1.2 s of
+# every process's start), so it may load only when a run writes its events.
+HEAVY = ("torch", "ray", "xmanager", "transformers", "tensorboardX")
+
+
+def test_the_entry_points_import_no_heavy_optional_package():
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+
+  code = (
+    "import sys\n"
+    "import codeagent_rl.main, codeagent_rl.grade, codeagent_rl.export_hf\n"
+    f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", code],
+    cwd=PACKAGE.parent,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.strip() == "[]"
