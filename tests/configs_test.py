@@ -250,19 +250,23 @@ def _leaves(config, prefix=""):
   return out
 
 
+def _pointees(ref):
+  """What a FieldReference reads: the value it points at and its ops' args."""
+  ops = ref._ops  # noqa: SLF001 (how the reference computes its value)
+  return [ref._value] + [a for op in ops for a in op.args]  # noqa: SLF001
+
+
 def _computed_from(field, source):
   """Whether FieldReference `field` computes its value from `source`."""
   if not isinstance(field, ml_collections.FieldReference):
     return False
-  stack = [field._value]  # noqa: SLF001 (what the reference points at)
-  stack += [a for op in field._ops for a in op.args]  # noqa: SLF001
+  stack = _pointees(field)
   while stack:
     ref = stack.pop()
     if ref is source:
       return True
     if isinstance(ref, ml_collections.FieldReference):
-      stack.append(ref._value)  # noqa: SLF001
-      stack += [a for op in ref._ops for a in op.args]  # noqa: SLF001
+      stack += _pointees(ref)
   return False
 
 
