@@ -6,11 +6,13 @@ the repository's `configs/` (`--config=configs/tiny.py:smoke`) and does not
 exist below the current directory is read from the installed `configs`
 package, so the README's commands run from any directory once the package
 is installed. `check_workdir` refuses a workdir that cannot be one before
-anything is written.
+anything is written. `redeliver_swallowed_interrupts` makes a Ctrl-C stop
+the program even when it lands inside a finaliser.
 """
 
 from __future__ import annotations
 
+import _thread
 import importlib.util
 import os
 import pathlib
@@ -139,3 +141,29 @@ def check_workdir(workdir: str | os.PathLike[str]) -> None:
       f"--workdir={workdir}: {existing} is not writable by this user; pass"
       " a folder you can write to."
     )
+
+
+def redeliver_swallowed_interrupts() -> None:
+  """Makes a Ctrl-C that lands in a finaliser or gc callback stop the program.
+
+  Python raises KeyboardInterrupt in whatever code runs when SIGINT
+  arrives. If that is a `__del__`, a weakref callback or a gc callback
+  (jax registers one), the interpreter prints "Exception ignored in ..."
+  with a traceback and drops the exception: a CI run of the main job
+  trained on to the end after its Ctrl-C landed in jax's gc callback.
+  This `sys.unraisablehook` delivers such an interrupt to the main thread
+  again, where it ends the program as a Ctrl-C should, and prints nothing;
+  other unraisable exceptions go to the hook that was installed before.
+  The interrupt is sent from a new thread: sent from the hook itself, it
+  is raised inside the hook and dropped again. Should it land in another
+  finaliser, this hook sends it once more.
+  """
+  previous = sys.unraisablehook
+
+  def hook(unraisable) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+      _thread.start_new_thread(_thread.interrupt_main, ())
+      return
+    previous(unraisable)
+
+  sys.unraisablehook = hook

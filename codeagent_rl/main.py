@@ -60,6 +60,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   # Before anything touches a JAX backend (jax logs its probe of each).
   logs.quiet_library_logs()
+  cli.redeliver_swallowed_interrupts()
   try:
     distributed.initialize()
   except ValueError as e:

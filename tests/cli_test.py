@@ -123,3 +123,76 @@ def test_main_stops_with_one_line_and_writes_nothing(tmp_path, case, want):
   assert seconds < 60  # imports only (a few seconds when the machine is idle)
   assert sorted(p.name for p in tmp_path.rglob("*")) == ["afile", "elsewhere"]
   assert afile.read_text() == "x"
+
+
+# A Ctrl-C that Python raises inside a finaliser or a gc callback: without
+# the hook the interpreter prints "Exception ignored" and goes on.
+_SWALLOWED_INTERRUPT = """
+import gc, sys, time
+from codeagent_rl import cli
+if sys.argv[1] == "hook":
+  cli.redeliver_swallowed_interrupts()
+
+class Finalised:
+  def __del__(self):
+    raise KeyboardInterrupt
+
+def on_gc(phase, info):
+  if phase == "start":
+    gc.callbacks.remove(on_gc)
+    raise KeyboardInterrupt
+
+try:
+  if sys.argv[2] == "finaliser":
+    Finalised()
+  else:
+    gc.callbacks.append(on_gc)
+    gc.collect()
+  deadline = time.monotonic() + 3
+  while time.monotonic() < deadline:
+    pass
+  print("ran on")
+except KeyboardInterrupt:
+  print("stopped")
+"""
+
+
+@pytest.mark.parametrize("where", ["finaliser", "gc_callback"])
+def test_a_ctrl_c_inside_a_finaliser_still_stops_the_program(where):
+  def run(mode):
+    return subprocess.run(
+      [sys.executable, "-c", _SWALLOWED_INTERRUPT, mode, where],
+      capture_output=True,
+      text=True,
+      timeout=60,
+      cwd=REPO_ROOT,
+    )
+
+  bare = run("bare")  # what the hook is for
+  assert bare.stdout.strip() == "ran on", bare
+  assert "Exception ignored" in bare.stderr, bare
+  hooked = run("hook")
+  assert hooked.stdout.strip() == "stopped", hooked
+  assert hooked.stderr == "", hooked.stderr
+
+
+def test_other_unraisable_exceptions_still_reach_the_previous_hook():
+  script = (
+    "import sys\n"
+    "from codeagent_rl import cli\n"
+    "cli.redeliver_swallowed_interrupts()\n"
+    "class F:\n"
+    "  def __del__(self):\n"
+    "    raise ValueError('from a finaliser')\n"
+    "F()\n"
+    "print('ran on')\n"
+  )
+  out = subprocess.run(
+    [sys.executable, "-c", script],
+    capture_output=True,
+    text=True,
+    timeout=60,
+    cwd=REPO_ROOT,
+  )
+  assert out.stdout.strip() == "ran on"
+  assert "ValueError: from a finaliser" in out.stderr
