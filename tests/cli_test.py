@@ -128,8 +128,10 @@ def test_main_stops_with_one_line_and_writes_nothing(tmp_path, case, want):
 # A Ctrl-C that Python raises inside a finaliser or a gc callback: without
 # the hook the interpreter prints "Exception ignored" and goes on.
 _SWALLOWED_INTERRUPT = """
-import gc, sys, time
+import gc, signal, sys, time
 from codeagent_rl import cli
+# As an interactive shell starts a program (a background job ignores it).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 if sys.argv[1] == "hook":
   cli.redeliver_swallowed_interrupts()
 

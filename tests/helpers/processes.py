@@ -15,6 +15,15 @@ import sys
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
+# Makes SIGINT raise KeyboardInterrupt, then runs the module argv[1] as
+# `python -m` does.
+_WITH_CTRL_C = (
+  "import runpy, signal, sys;"
+  " signal.signal(signal.SIGINT, signal.default_int_handler);"
+  " del sys.argv[0];"
+  " runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
+)
+
 
 def one_device_env() -> dict[str, str]:
   """os.environ without the fake-device flag, on CPU, the repo importable."""
@@ -43,3 +52,16 @@ def run_python(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env=one_device_env(),
     timeout=timeout,
   )
+
+
+def python_m_with_ctrl_c(module: str, *args: str) -> list[str]:
+  """`python -m module *args` in which Ctrl-C raises KeyboardInterrupt.
+
+  A shell starts a background job with SIGINT ignored, and every process
+  below inherits that; Python then installs no KeyboardInterrupt handler.
+  A test suite started that way (`pytest ... &` in a script) would see a
+  child ignore the SIGINT a test sends it, so a test of what Ctrl-C does
+  starts its child through this, which restores what an interactive shell
+  gives.
+  """
+  return [sys.executable, "-c", _WITH_CTRL_C, module, *args]

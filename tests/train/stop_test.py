@@ -10,12 +10,12 @@ import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from codeagent_rl import main as main_lib
+from tests.helpers import processes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 ARGS = (
@@ -38,7 +38,9 @@ ARGS = (
 def _start(workdir):
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
   return subprocess.Popen(
-    [sys.executable, "-m", "codeagent_rl.main", *ARGS, f"--workdir={workdir}"],
+    processes.python_m_with_ctrl_c(
+      "codeagent_rl.main", *ARGS, f"--workdir={workdir}"
+    ),
     cwd=REPO_ROOT,
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
