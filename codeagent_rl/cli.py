@@ -162,8 +162,11 @@ def redeliver_swallowed_interrupts() -> None:
 
   def hook(unraisable) -> None:
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
-      _thread.start_new_thread(_thread.interrupt_main, ())
-      return
+      try:
+        _thread.start_new_thread(_thread.interrupt_main, ())
+        return
+      except RuntimeError:  # the interpreter is shutting down: report it
+        pass
     previous(unraisable)
 
   sys.unraisablehook = hook
