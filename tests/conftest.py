@@ -31,21 +31,9 @@ import pytest  # noqa: E402 (after the cache's environment)
 from codeagent_rl.sandbox import harness  # noqa: E402
 from tests.helpers import sandboxes  # noqa: E402
 
-# Every test process, and every subprocess it starts, runs XLA's CPU ops
-# on one thread: two xdist workers share two cores, and each one's pool of
-# intra-op threads only added switching between them. Measured on six of
-# the heaviest test files (`-n 2`, transformer, packing, multihost and the
-# smoke runs of compare, reward hacking and advantage quality): 302 s ->
-# 265 s wall, user CPU 501 -> 442 s. A thread setting the user made is kept.
-_FLAGS = (
-  "--xla_force_host_platform_device_count=8",
-  "--xla_cpu_multi_thread_eigen=false",
-  "intra_op_parallelism_threads=1",
-)
-for _flag in _FLAGS:
-  _name = _flag if "device_count" in _flag else _flag.split("=")[0]
-  if _name not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " " + _flag
+_FLAG = "--xla_force_host_platform_device_count=8"
+if _FLAG not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " " + _FLAG
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
