@@ -17,6 +17,10 @@ file and an agent's edits meet the same rules (`Limits`):
     that encodes as UTF-8; bytes are refused as binary;
   - bounded file count, file size and total size (UTF-8 bytes).
 
+`graded_copy` is what hidden suites run against: the agent's change with
+every file the task marks as a test, and every file that hooks an
+interpreter's start or a test run, as the task has it.
+
 Every refusal is a `WorkspaceError` whose message names the path and what
 is wrong, written so that it can be shown to the agent as an observation.
 Search is literal (a substring, optionally case-insensitive), never a
@@ -346,3 +350,69 @@ def from_json(
     return Workspace(value, limits)
   except WorkspaceError as e:
     raise WorkspaceError(f"{where}: {e}") from None
+
+
+# Files that hook a Python interpreter's start or a test run wherever they
+# sit on the path (site's *.pth and sitecustomize/usercustomize, pytest's
+# conftest.py and pytest.ini): a graded copy holds the task's own or none.
+HOOK_FILES = (
+  "conftest.py",
+  "sitecustomize.py",
+  "usercustomize.py",
+  "pytest.ini",
+)
+HOOK_SUFFIXES = (".pth",)
+
+
+def is_hook_file(path: str) -> bool:
+  """Whether `path` is a file that hooks an interpreter's start or tests."""
+  name = path.rsplit("/", 1)[-1]
+  return name in HOOK_FILES or name.endswith(HOOK_SUFFIXES)
+
+
+@dataclasses.dataclass(frozen=True)
+class GradedCopy:
+  """What hidden suites run against, and what was put back to get there.
+
+  Attributes:
+    workspace: the agent's workspace with every protected file as the task
+      has it (restored if the agent changed or deleted it, removed if the
+      agent created it).
+    restored: protected paths the agent had changed or deleted.
+    removed: protected paths the agent had created.
+  """
+
+  workspace: Workspace
+  restored: tuple[str, ...]
+  removed: tuple[str, ...]
+
+
+def graded_copy(
+  task: Workspace, agent: Workspace, test_paths: tuple[str, ...] = ()
+) -> GradedCopy:
+  """The agent's change applied to the task, with its tests kept clean.
+
+  Grades the change, not the agent's workspace: a protected file (one of
+  `test_paths`, the files the task marks as its tests, or any hook file)
+  is the task's own copy, or absent if the task has none. Every other file
+  is the agent's.
+
+  Raises:
+    WorkspaceError: when the task's files do not fit beside the agent's
+      (a file the agent made where the task has a folder, or the size
+      limits); a grader counts such a change as failing every test.
+  """
+  for path in test_paths:
+    check_path(path, task.limits)
+  protected = set(test_paths)
+
+  def guarded(path: str) -> bool:
+    return path in protected or is_hook_file(path)
+
+  files = {p: t for p, t in agent.items() if not guarded(p)}
+  files.update({p: t for p, t in task.items() if guarded(p)})
+  restored = sorted(p for p in task if guarded(p) and agent.get(p) != task[p])
+  removed = sorted(p for p in agent if guarded(p) and p not in task)
+  return GradedCopy(
+    Workspace(files, task.limits), tuple(restored), tuple(removed)
+  )

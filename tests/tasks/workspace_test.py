@@ -273,3 +273,45 @@ def test_any_arguments_a_policy_writes_raise_only_workspace_errors():
     else:
       assert isinstance(out, str) and len(out) <= 300 + 60
   assert outcomes["ok"] > 100 and outcomes["error"] > 100
+
+
+def test_the_graded_copy_keeps_the_change_and_the_tasks_own_tests():
+  task = _ws()
+  agent = (
+    task.replace("calc/ops.py", "return a - b", "return a + b")
+    .replace("tests/test_ops.py", "== 3", "== -1")  # weakens the test
+    .create("calc/extra.py", "Y = 2\n")
+    .create("conftest.py", "import os\nos._exit(0)\n")
+    .create("calc/sitecustomize.py", "import sys\n")
+    .create("hack.pth", "import calc\n")
+    .create("tests/pytest.ini", "[pytest]\n")
+  )
+  graded = ws_lib.graded_copy(task, agent, ("tests/test_ops.py",))
+  files = graded.workspace.files()
+  assert files["calc/ops.py"] == agent["calc/ops.py"]  # the change
+  assert files["calc/extra.py"] == "Y = 2\n"
+  assert files["tests/test_ops.py"] == FILES["tests/test_ops.py"]
+  assert set(files) == set(FILES) | {"calc/extra.py"}
+  assert graded.restored == ("tests/test_ops.py",)
+  assert graded.removed == (
+    "calc/sitecustomize.py",
+    "conftest.py",
+    "hack.pth",
+    "tests/pytest.ini",
+  )
+  # A deleted test comes back; the task's own hook files stay its own.
+  own = ws_lib.Workspace({**FILES, "conftest.py": "X = 1\n"})
+  gone = own.delete("tests/test_ops.py").replace("conftest.py", "1", "2")
+  graded = ws_lib.graded_copy(own, gone, ("tests/test_ops.py",))
+  assert graded.workspace == own
+  assert graded.restored == ("conftest.py", "tests/test_ops.py")
+  assert ws_lib.graded_copy(task, task).restored == ()
+
+
+def test_a_change_the_tasks_tests_cannot_sit_beside_is_an_error():
+  task = _ws()
+  agent = task.delete("tests/test_ops.py").create("tests", "not a folder\n")
+  with pytest.raises(ws_lib.WorkspaceError, match="tests is a file"):
+    ws_lib.graded_copy(task, agent, ("tests/test_ops.py",))
+  with pytest.raises(ws_lib.WorkspaceError, match="'..'"):
+    ws_lib.graded_copy(task, task, ("../tests/x.py",))
