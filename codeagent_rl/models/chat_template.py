@@ -266,12 +266,15 @@ class Template:
     messages: Sequence[Mapping[str, str]],
     *,
     add_generation_prompt: bool,
+    tools: Sequence[Mapping[str, Any]] | None = None,
   ) -> str:
     """Renders a conversation to text.
 
     Args:
       messages: {"role", "content"} dicts.
       add_generation_prompt: append the opening of an assistant turn.
+      tools: JSON-schema function descriptions, as `apply_chat_template`'s
+        `tools=` takes them (e.g. `envs/repo_tools.TOOLS`); None for none.
 
     Returns:
       The text, special tokens written as their text.
@@ -283,7 +286,7 @@ class Template:
       return self._template.render(
         messages=[dict(m) for m in messages],
         add_generation_prompt=add_generation_prompt,
-        tools=None,
+        tools=[dict(t) for t in tools] if tools else None,
         documents=None,
         **self._special_tokens,
       )

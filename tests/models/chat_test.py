@@ -19,6 +19,7 @@ from tokenizers import trainers
 import transformers
 
 from codeagent_rl.envs import protocol
+from codeagent_rl.envs import repo_tools
 from codeagent_rl.models import chat
 from codeagent_rl.models import chat_template
 from codeagent_rl.models import tokenizer as tokenizer_lib
@@ -549,3 +550,46 @@ def test_byte_protocol_episode():
   assert fmt.render_ids(messages) == ids
   assert chat.check_episode(fmt, messages, ids, "strict")
   assert not chat.check_episode(fmt, messages, ids[:-1], "strict")
+
+
+# A system turn that lists the tools as JSON, one per line, in the manner of
+# Qwen2.5's template (written here, not copied).
+TOOLS_TEMPLATE = r"""
+{%- if tools %}
+  {{- '<|im_start|>system\nTools:\n' }}
+  {%- for tool in tools %}
+    {{- tool | tojson + '\n' }}
+  {%- endfor %}
+  {{- 'Call one as <tool_call>{"name": ..., "arguments": ...}</tool_call>' }}
+  {{- '<|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+  {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}
+"""
+
+
+def test_tools_render_as_transformers_renders_them(tmp_path, chatml_tok):
+  path = _write(
+    tmp_path,
+    chatml_tok,
+    {"chat_template": TOOLS_TEMPLATE, "eos_token": "<|im_end|>"},
+  )
+  checkpoint = chat_template.load_checkpoint(path)
+  template = chat_template.Template(
+    checkpoint.template, checkpoint.special_tokens
+  )
+  hf = transformers.AutoTokenizer.from_pretrained(path)
+  messages = [{"role": "user", "content": "Fix the failing test."}]
+  for tools in (repo_tools.TOOLS, None):
+    ours = template.render(messages, add_generation_prompt=True, tools=tools)
+    want = hf.apply_chat_template(
+      messages, tools=tools, add_generation_prompt=True, tokenize=False
+    )
+    assert ours == want
+  with_tools = template.render(
+    messages, add_generation_prompt=True, tools=repo_tools.TOOLS
+  )
+  assert with_tools.count("\n{") == len(repo_tools.TOOLS)
+  assert '"name": "edit"' in with_tools
