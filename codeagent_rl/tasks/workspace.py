@@ -144,13 +144,35 @@ def check_text(path: str, text: Any, limits: Limits) -> str:
   return text
 
 
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def source_lines(text: str) -> list[str]:
+  r"""The lines of `text` as Python numbers them in tracebacks.
+
+  Only \n, \r\n and \r end a line (`str.splitlines` also splits at
+  form feeds and other separators, which would shift the numbers).
+  """
+  lines = _NEWLINE.split(text)
+  if lines[-1] == "":
+    lines.pop()
+  return lines
+
+
 def _cap(lines: list[str], limits: Limits, what: str) -> str:
-  """Joins `lines`, cut at `max_view_chars`, saying how much was left out."""
+  """Joins `lines`, cut at `max_view_chars`, saying how much was left out.
+
+  A first line longer than the budget is shown cut, so that something of
+  it is seen.
+  """
   out, used = [], 0
   for i, line in enumerate(lines):
     if used + len(line) + 1 > limits.max_view_chars:
-      out.append(f"[{len(lines) - i} more {what} not shown]")
-      break
+      if out:
+        out.append(f"[{len(lines) - i} more {what} not shown]")
+        break
+      keep = max(limits.max_view_chars - 40, 1)
+      line = f"{line[:keep]} [line cut at {keep} characters]"
     out.append(line)
     used += len(line) + 1
   return "\n".join(out)
@@ -254,7 +276,7 @@ class Workspace(Mapping[str, str]):
   def view(self, path: str, start: int = 1, end: int | None = None) -> str:
     """Lines `start`..`end` (1-based, inclusive) of `path`, numbered."""
     self._existing(path)
-    lines = self._files[path].splitlines()
+    lines = source_lines(self._files[path])
     last = len(lines) if end is None else end
     for name, value in (("start", start), ("end", last)):
       if type(value) is not int:
@@ -278,7 +300,7 @@ class Workspace(Mapping[str, str]):
     paths = [p for p in self._files if p.startswith(prefix)]
     if not paths:
       raise WorkspaceError(f"{folder}: no such folder.")
-    shown = [f"{p} ({len(self._files[p].splitlines())} lines)" for p in paths]
+    shown = [f"{p} ({len(source_lines(self._files[p]))} lines)" for p in paths]
     return _cap(shown, self.limits, "files")
 
   def search(
@@ -299,7 +321,7 @@ class Workspace(Mapping[str, str]):
     for path, text in self._files.items():
       if not path.startswith(prefix):
         continue
-      for n, line in enumerate(text.splitlines(), 1):
+      for n, line in enumerate(source_lines(text), 1):
         if wanted in (line.casefold() if ignore_case else line):
           hits.append(f"{path}:{n}: {line}")
     if not hits:

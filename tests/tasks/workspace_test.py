@@ -315,3 +315,32 @@ def test_a_change_the_tasks_tests_cannot_sit_beside_is_an_error():
     ws_lib.graded_copy(task, agent, ("tests/test_ops.py",))
   with pytest.raises(ws_lib.WorkspaceError, match="'..'"):
     ws_lib.graded_copy(task, task, ("../tests/x.py",))
+
+
+def test_lines_are_numbered_as_python_numbers_them():
+  # A form feed or vertical tab does not end a line for Python's
+  # tracebacks, so it does not here; \r\n and \r do.
+  text = "a = 1\f\nb = 2\vc\r\nd = 3\re = 4\n"
+  ws = ws_lib.Workspace({"m.py": text})
+  assert ws.view("m.py").split("\n") == [
+    "1| a = 1\f",
+    "2| b = 2\vc",
+    "3| d = 3",
+    "4| e = 4",
+  ]
+  assert ws_lib.source_lines(text) == ["a = 1\f", "b = 2\vc", "d = 3", "e = 4"]
+  assert ws.search("e = 4") == "m.py:4: e = 4"
+  assert ws.listing() == "m.py (4 lines)"
+  assert ws_lib.source_lines("") == [] and ws_lib.source_lines("x") == ["x"]
+
+
+def test_a_line_longer_than_the_budget_is_shown_cut():
+  ws = ws_lib.Workspace(
+    {"long.py": "x = '" + "y" * 5000 + "'\nz = 1\n"},
+    ws_lib.Limits(max_view_chars=200),
+  )
+  first, rest = ws.view("long.py").split("\n")
+  assert first.startswith("1| x = 'yyy") and first.endswith(
+    "[line cut at 160 characters]"
+  )
+  assert rest == "2| z = 1"  # what fits after the cut line is shown
