@@ -144,40 +144,35 @@ def check_arguments(name: Any, arguments: Any) -> dict:
   return dict(arguments)
 
 
+# Tools that show text, and tools that give a new workspace.
+_SHOWS = {
+  "view": lambda ws, a: ws.view(a["path"], a.get("start", 1), a.get("end")),
+  "list_files": lambda ws, a: ws.listing(a.get("folder", "")),
+  "search": lambda ws, a: ws.search(
+    a["text"], a.get("folder", ""), a.get("ignore_case", False)
+  ),
+}
+_EDITS = {
+  "edit": lambda ws, a: ws.replace(a["path"], a["search"], a["replace"]),
+  "create": lambda ws, a: ws.create(a["path"], a["content"]),
+  "delete": lambda ws, a: ws.delete(a["path"]),
+}
+
+
 def call(workspace: ws_lib.Workspace, name: Any, arguments: Any) -> ToolResult:
   """Runs one tool call on `workspace`; never raises for the policy's input."""
   try:
     args = check_arguments(name, arguments)
-    if name in ("run", "submit"):
-      if name == "run":
-        ws_lib.check_path(args["path"], workspace.limits)
-        if args["path"] not in workspace:
-          raise ws_lib.WorkspaceError(f"{args['path']}: no such file.")
-      return ToolResult(workspace, "", True, request=name, arguments=args)
-    if name == "view":
-      shown = workspace.view(
-        args["path"], args.get("start", 1), args.get("end")
-      )
-    elif name == "list_files":
-      shown = workspace.listing(args.get("folder", ""))
-    elif name == "search":
-      shown = workspace.search(
-        args["text"], args.get("folder", ""), args.get("ignore_case", False)
-      )
-    else:
-      edited = _edit(workspace, name, args)
+    if name in _SHOWS:
+      return ToolResult(workspace, _SHOWS[name](workspace, args), True)
+    if name in _EDITS:
+      edited = _EDITS[name](workspace, args)
       return ToolResult(edited, f"{name}: {args['path']}: done.", True)
+    if name == "run":
+      workspace.existing(args["path"])
+    return ToolResult(workspace, "", True, request=name, arguments=args)
   except ws_lib.WorkspaceError as e:
     return ToolResult(workspace, f"error: {e}", False)
-  return ToolResult(workspace, shown, True)
-
-
-def _edit(workspace: ws_lib.Workspace, name: str, args: dict):
-  if name == "edit":
-    return workspace.replace(args["path"], args["search"], args["replace"])
-  if name == "create":
-    return workspace.create(args["path"], args["content"])
-  return workspace.delete(args["path"])
 
 
 _QWEN_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)

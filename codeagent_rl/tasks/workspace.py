@@ -246,7 +246,8 @@ class Workspace(Mapping[str, str]):
     """A plain copy of path -> text (what a sandbox job is given)."""
     return dict(self._files)
 
-  def _existing(self, path: Any) -> str:
+  def existing(self, path: Any) -> str:
+    """`path` if it names a file here; else a WorkspaceError with a hint."""
     check_path(path, self.limits)
     if path not in self._files:
       near = [p for p in self._files if p.rsplit("/", 1)[-1] == path]
@@ -275,7 +276,7 @@ class Workspace(Mapping[str, str]):
 
   def view(self, path: str, start: int = 1, end: int | None = None) -> str:
     """Lines `start`..`end` (1-based, inclusive) of `path`, numbered."""
-    self._existing(path)
+    self.existing(path)
     lines = source_lines(self._files[path])
     last = len(lines) if end is None else end
     for name, value in (("start", start), ("end", last)):
@@ -330,7 +331,7 @@ class Workspace(Mapping[str, str]):
 
   def replace(self, path: str, search: str, replacement: str) -> Workspace:
     """`path` with the one occurrence of `search` replaced."""
-    self._existing(path)
+    self.existing(path)
     for name, value in (("search", search), ("replace", replacement)):
       if not isinstance(value, str):
         raise WorkspaceError(f"{path}: {name} must be text.")
@@ -361,7 +362,7 @@ class Workspace(Mapping[str, str]):
 
   def delete(self, path: str) -> Workspace:
     """The workspace without the file `path`."""
-    return self._with({self._existing(path): None})
+    return self._with({self.existing(path): None})
 
 
 def from_json(
