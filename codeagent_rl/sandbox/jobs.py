@@ -32,6 +32,49 @@ TEST_STATUSES = (
   "not_run",  # the job stopped before this test
 )
 _STATUS_BY_NAME = {s.name.lower(): s for s in status_lib.JobStatus}
+# The name a workspace call job binds its target function to.
+WORKSPACE_ENTRY = "workspace_target_"
+# Bounds on a job's files (the task layer's own limits are tighter; these
+# keep a frame the guest can always write).
+MAX_FILES = 256
+MAX_FILES_BYTES = 4 << 20
+
+
+def _path_problem(path) -> str:
+  """Why `path` cannot name a file in a job's scratch directory ("" if ok)."""
+  if not isinstance(path, str) or not path:
+    return "must be a non-empty str"
+  if path.startswith("/") or "\\" in path or "\x00" in path:
+    return "must be a relative POSIX path"
+  if any(part in ("", ".", "..") for part in path.split("/")):
+    return "has an empty, '.' or '..' segment"
+  return ""
+
+
+def _check_files(files) -> None:
+  """Raises ValueError unless `files` is (path, text) pairs a guest writes."""
+  if not isinstance(files, tuple):
+    raise ValueError("Job.files: must be a tuple of (path, text) pairs.")
+  if len(files) > MAX_FILES:
+    raise ValueError(f"Job.files: {len(files)} files; at most {MAX_FILES}.")
+  seen, size = set(), 0
+  for i, item in enumerate(files):
+    if not (isinstance(item, tuple) and len(item) == 2):
+      raise ValueError(f"Job.files[{i}]: expected a (path, text) pair.")
+    path, text = item
+    problem = _path_problem(path)
+    if problem:
+      raise ValueError(f"Job.files[{i}]: path {path!r:.80} {problem}.")
+    if not isinstance(text, str):
+      raise ValueError(f"Job.files[{i}]: the text of {path!r:.80} is no str.")
+    if path in seen:
+      raise ValueError(f"Job.files[{i}]: {path!r:.80} is there twice.")
+    seen.add(path)
+    size += len(text.encode("utf-8", "surrogatepass"))
+  if size > MAX_FILES_BYTES:
+    raise ValueError(
+      f"Job.files: {size} bytes in all; at most {MAX_FILES_BYTES}."
+    )
 
 
 def status_name(status: status_lib.JobStatus) -> str:
@@ -52,6 +95,15 @@ class Job:
     entry_point: the function to call ("function" only).
     timeout_s: job-level limit; None means the pool's `timeout_s`.
     test_timeout_s: per-test limit; None means the pool's `test_timeout_s`.
+    files: `(path, text)` pairs written into the job's scratch directory
+      before the code runs (a repository's workspace): relative POSIX
+      paths without `.` or `..` segments. The directory comes first on
+      `sys.path` (for a program: `main_path`'s directory, as `python
+      main_path` would have it), so the code imports the files' modules.
+      Each job process gets its own fresh copy; nothing of one job's
+      files is there for the next.
+    main_path: the path a program runs as (its `__file__`, `sys.argv[0]`
+      and the file name in its tracebacks); "stdio" jobs with files only.
   """
 
   kind: str
@@ -60,6 +112,8 @@ class Job:
   entry_point: str | None = None
   timeout_s: float | None = None
   test_timeout_s: float | None = None
+  files: tuple[tuple[str, str], ...] = ()
+  main_path: str | None = None
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -85,6 +139,15 @@ class Job:
       value = getattr(self, name)
       if value is not None and not 0 < value < 86400:
         raise ValueError(f"Job.{name}={value!r}: must be in (0, 86400).")
+    _check_files(self.files)
+    if self.main_path is not None:
+      if self.kind != STDIO or not self.files:
+        raise ValueError("Job.main_path: only a program with files has one.")
+      if _path_problem(self.main_path):
+        raise ValueError(
+          f"Job.main_path={self.main_path!r:.80}: "
+          + _path_problem(self.main_path)
+        )
 
   @classmethod
   def function(
@@ -103,6 +166,52 @@ class Job:
     """A job that runs `code` as `__main__` once per stdin."""
     return cls(STDIO, code, tuple(stdins), **limits)
 
+  @classmethod
+  def workspace_calls(
+    cls,
+    files: Sequence[tuple[str, str]],
+    module: str,
+    function: str,
+    inputs: Sequence[tuple[Sequence, dict]],
+    **limits,
+  ) -> Job:
+    """A job that calls `module.function(*args, **kwargs)` per input.
+
+    `module` is imported from `files` (a dotted module path of them, or of
+    the standard library); a failed import fails every test of the job.
+    """
+    if not all(part.isidentifier() for part in module.split(".")):
+      raise ValueError(f"module={module!r:.80}: not a dotted module path.")
+    if not function.isidentifier():
+      raise ValueError(f"function={function!r:.80}: not an identifier.")
+    code = f"from {module} import {function} as {WORKSPACE_ENTRY}\n"
+    pairs = tuple((list(args), dict(kwargs)) for args, kwargs in inputs)
+    return cls(
+      FUNCTION,
+      code,
+      pairs,
+      entry_point=WORKSPACE_ENTRY,
+      files=tuple(files),
+      **limits,
+    )
+
+  @classmethod
+  def workspace_program(
+    cls,
+    files: Sequence[tuple[str, str]],
+    main_path: str,
+    stdins: Sequence[str] = ("",),
+    **limits,
+  ) -> Job:
+    """A job that runs the file `main_path` of `files` once per stdin."""
+    files = tuple(files)
+    code = dict(files).get(main_path)
+    if code is None:
+      raise ValueError(f"main_path={main_path!r:.80}: not one of the files.")
+    return cls(
+      STDIO, code, tuple(stdins), files=files, main_path=main_path, **limits
+    )
+
   def to_frame(self, job_id: int, config: config_lib.SandboxConfig) -> dict:
     """The frame the guest reads (raises `wire.EncodeError` on bad inputs)."""
     if self.kind == FUNCTION:
@@ -116,7 +225,7 @@ class Job:
     test_timeout_s = min(
       self.test_timeout_s or config.test_timeout_s, timeout_s
     )
-    return {
+    frame = {
       "id": job_id,
       "kind": self.kind,
       "code": self.code,
@@ -130,6 +239,11 @@ class Job:
       "max_file_mb": config.max_file_mb,
       "max_open_files": config.max_open_files,
     }
+    if self.files:
+      # Left out otherwise: a job without files is the frame it always was.
+      frame["files"] = [[path, text] for path, text in self.files]
+      frame["main_path"] = self.main_path
+    return frame
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,10 @@ A job is `{"id", "kind": "function" | "stdio", "code", "entry_point",
 "tests", "timeout_s", "test_timeout_s", "address_space_mb", "max_output_bytes",
 "max_processes", "max_file_mb", "max_open_files"}`. Function tests carry
 tagged `args` / `kwargs`, stdio tests a `stdin` string: test *inputs* only.
+A job may also carry `"files"` (`[path, text]` pairs: a repository's
+workspace) and `"main_path"` (the file a program runs as): each job process
+writes them into its own scratch directory before the code runs and puts
+that directory (a program's: its own) first on `sys.path`.
 
 Three kinds of process take part:
 

@@ -146,6 +146,48 @@ def _enter_child(config, job_filter, scratch, stdin_fd, job):
       os._exit(70)
 
 
+def _bad_path(path) -> bool:
+  """Whether a job's file path could leave its scratch directory."""
+  return (
+    type(path) is not str
+    or not path
+    or path.startswith("/")
+    or "\\" in path
+    or "\x00" in path
+    or any(part in ("", ".", "..") for part in path.split("/"))
+  )
+
+
+def _write_files(job: dict):
+  """Writes the job's files into its scratch directory (the cwd).
+
+  Runs as the untrusted uid under the job's limits, in a directory made
+  for this process alone; the host checked the paths and this checks
+  them again. Puts the directory (a program's: its own) first on
+  `sys.path`, as `python <path>` would.
+
+  Returns:
+    None, or (status, why) when a file could not be written.
+  """
+  try:
+    for path, text in job["files"]:
+      if _bad_path(path):
+        return ("error", f"writing the files failed: bad path {path!r:.80}")
+      folder = os.path.dirname(path)
+      if folder:
+        os.makedirs(folder, exist_ok=True)
+      # "x": a path is written once, never through something already there.
+      with open(path, "x", encoding="utf-8", errors="surrogatepass") as f:
+        f.write(text)
+  except MemoryError:
+    return ("memory", "writing the files failed: MemoryError")
+  except BaseException as e:
+    return ("error", "writing the files failed: " + _describe(e))
+  main = job.get("main_path") or ""
+  sys.path.insert(0, os.path.join(os.getcwd(), os.path.dirname(main)))
+  return None
+
+
 def _describe(exc: BaseException) -> str:
   """`Type: message` for an exception the untrusted code raised."""
   name = type.__dict__["__qualname__"].__get__(type(exc))
@@ -194,7 +236,7 @@ def _decode_all(tests: list) -> tuple:
   return tuple((k, *_decode_inputs(test)) for k, test in enumerate(tests))
 
 
-def _runner(job: dict):
+def _runner(job: dict, unloadable=None):
   """A function job's run, with everything it uses bound now.
 
   Called before the untrusted code is imported: each test's inputs are
@@ -203,6 +245,11 @@ def _runner(job: dict):
   bytecode), so what the code patches in modules, builtins or this package
   changes nothing they do. The code can still end its own run (exit, write
   to descriptor 3); the server checks every frame.
+
+  Args:
+    job: the job frame.
+    unloadable: (status, why) when the job's files could not be written:
+      every test fails with it.
 
   Returns:
     `run(module)`: runs the job's code in `module`, then its tests, and
@@ -213,7 +260,7 @@ def _runner(job: dict):
   limit = job["test_timeout_s"]
   entry_point = job["entry_point"]
   missing = f"NameError: no callable named {entry_point!r}"
-  code, unloadable = None, None
+  code = None
   try:
     code = compile(job["code"], "solution.py", "exec")
   except MemoryError:
@@ -300,14 +347,16 @@ def _runner(job: dict):
   return run
 
 
-def _child_function(job: dict) -> None:
+def _child_function(job: dict, unloadable=None) -> None:
   """Runs a function job's tests in this process; never returns.
 
   The tests come in the order the server drew, without their indices
   (results name a test by its position), and everything that runs once
-  the code is imported was bound before (`_runner`).
+  the code is imported was bound before (`_runner`). With files, the code
+  (an import of the target) runs in a module no file of them can name.
   """
-  _runner(job)(_fresh_module("solution"))
+  name = "<job>" if job.get("files") else "solution"
+  _runner(job, unloadable)(_fresh_module(name))
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -323,13 +372,21 @@ def _exit_code(exc: SystemExit) -> int:
   return 1
 
 
-def _child_stdio(job: dict) -> None:
+def _child_stdio(job: dict, unloadable=None) -> None:
   """Runs a program as `__main__` on the stdin already on fd 0."""
   streams = (sys.stdout, sys.stderr)
   module = _fresh_module("__main__")
+  main_path = job.get("main_path") or "main.py"
+  module.__file__ = main_path
+  sys.argv = [main_path]
   status, code = "ok", 0
+  if unloadable is not None:
+    status, why = unloadable
+    print(why, file=sys.stderr)
+    wire.write_frame(common.RESULT_FD, {"event": "exit", "status": status})
+    _flush_and_exit(1, streams)
   try:
-    exec(compile(job["code"], "main.py", "exec"), module.__dict__)
+    exec(compile(job["code"], main_path, "exec"), module.__dict__)
   except SystemExit as e:
     code = _exit_code(e)
   except MemoryError:
@@ -377,10 +434,11 @@ def spare_main(config, job_filter, job_r, out_w, err_w, res_w) -> None:
       view = view[os.write(stdin_fd, view) :]
     os.lseek(stdin_fd, 0, os.SEEK_SET)
   _enter_child(config, job_filter, message["scratch"], stdin_fd, job)
+  unloadable = _write_files(job) if job.get("files") else None
   if job["kind"] == "function":
-    _child_function(job)
+    _child_function(job, unloadable)
   else:
-    _child_stdio(job)
+    _child_stdio(job, unloadable)
 
 
 def probe_job_filter() -> str:
