@@ -516,7 +516,10 @@ def _anticheat() -> tuple[pipeline.AntiCheat | None, str]:
 def _read_tasks() -> dict[str, schema.Task]:
   """task_id -> task of `--tasks`; stops with the file and line of a problem."""
   try:
-    return {t.task_id: t for t in schema.read_tasks(flags.FLAGS.tasks)}
+    return {
+      t.task_id: t
+      for t in schema.read_tasks(flags.FLAGS.tasks, schema.PROGRAM_KINDS)
+    }
   except (OSError, schema.TaskFormatError) as e:
     sys.exit(f"--tasks: {e}")
 

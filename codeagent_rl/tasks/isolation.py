@@ -1060,7 +1060,7 @@ def main(argv: list[str]) -> None:
       f" {','.join(CHECKS)}."
     )
   try:
-    tasks = schema.read_tasks(values.tasks)
+    tasks = schema.read_tasks(values.tasks, schema.PROGRAM_KINDS)
   except schema.TaskFormatError as e:
     _usage_error(f"--tasks: {e}")
   except OSError as e:

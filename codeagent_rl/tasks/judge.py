@@ -349,7 +349,7 @@ def _judge(
 ) -> Verdict:
   if run.status != "ok":
     return Verdict(False, f"{run.status}: {run.error}".rstrip(": "))
-  if kind == jobs.STDIO:
+  if kind == jobs.STDIO or (kind == "repo" and "stdin" in test):
     got = normalize_stdout(run.stdout or "")
     want = normalize_stdout(test["expected_stdout"])
     return Verdict(True) if got == want else Verdict(False, "stdout differs")
@@ -371,7 +371,8 @@ def judge_test(
   Never raises: anything unexpected while judging fails the test.
 
   Args:
-    kind: the task's kind ("function" or "stdio").
+    kind: the task's kind ("function", "stdio", or "repo": a run of the
+      entry point is judged as a stdio test, a call as a function test).
     test: the task's test (expected value, checker or expected stdout).
     run: what the sandbox reported for it.
     config: the judge's config; `task_config` applies a task's options.
@@ -448,7 +449,16 @@ def tests_job(
   """The job that runs `code` on the inputs of `tests` (tests of `task`).
 
   Only inputs go in: `expected`, `expected_stdout` and `checker` stay here.
+
+  Raises:
+    ValueError: for a repo task (`repo_judge` runs its tests on a
+      workspace, not on a program).
   """
+  if task.kind == "repo":
+    raise ValueError(
+      f"task {task.task_id!r} is a repo task: its tests run on a workspace"
+      " (codeagent_rl.tasks.repo_judge), not on one program."
+    )
   if task.kind == jobs.FUNCTION:
     inputs = [(t["args"], t.get("kwargs", {})) for t in tests]
     return jobs.Job.function(

@@ -16,6 +16,11 @@ beside the task's own suite B (`heldout_tests`); stage 2 demands both.
 Files without it stay valid, and a task without generated tests is written
 without the field, so such files round-trip byte for byte.
 
+A third kind, `"repo"`, is a repository task: a workspace (path -> text)
+in one more optional field, `"workspace"`, with tests that call into its
+modules or run its program (`codeagent_rl.tasks.repo_schema` describes it).
+The field is left out of the other kinds' lines.
+
 A function test is `{"args": [...], "kwargs": {...}, "expected": value}` or
 `{"args": [...], "kwargs": {...}, "checker": source}`; `kwargs` may be left
 out. A checker is trusted Python run on the host only; it must define
@@ -45,11 +50,15 @@ from typing import Any
 
 from codeagent_rl import jsonl
 from codeagent_rl.sandbox import wire
+from codeagent_rl.tasks import repo_schema
 
-KINDS = ("function", "stdio")
+KINDS = ("function", "stdio", "repo")
+# The kinds whose solution is one program (what the code environment, the
+# offline grader and the suite tools take); a repo task's is a workspace.
+PROGRAM_KINDS = ("function", "stdio")
 SUITES = ("visible_tests", "hidden_tests", "heldout_tests", "generated_tests")
 # Fields a task line may leave out (read as an empty suite).
-OPTIONAL_FIELDS = ("generated_tests",)
+OPTIONAL_FIELDS = ("generated_tests", "workspace")
 FIELDS = (
   "task_id",
   "prompt",
@@ -63,6 +72,7 @@ FIELDS = (
   *OPTIONAL_FIELDS,
 )
 _FUNCTION_TEST_KEYS = {"args", "kwargs", "expected", "checker"}
+_CALL_TEST_KEYS = _FUNCTION_TEST_KEYS | {"call"}
 _STDIO_TEST_KEYS = {"stdin", "expected_stdout"}
 # The metadata key of the judge's options, and each option's type (the
 # names are `judge.JudgeConfig` fields; a task that leaves one out gets the
@@ -89,8 +99,9 @@ class Task:
   Attributes:
     task_id: unique within a file.
     prompt: what the policy sees.
-    entry_point: the function to call (function tasks); None for stdio.
-    kind: "function" or "stdio".
+    entry_point: the function to call (function tasks); None for stdio;
+      for repo tasks the workspace's program (a path) or None.
+    kind: "function", "stdio" or "repo".
     visible_tests: tests the prompt may show.
     hidden_tests: suite A, the reward.
     heldout_tests: suite B, the anti-cheat gate (stage 2).
@@ -98,6 +109,8 @@ class Task:
     metadata: free-form JSON object (source, difficulty, ...).
     generated_tests: tests generated from the reference solution, beside
       suite B (the stage-2 gate demands both); empty when none were.
+    workspace: a repo task's workspace object (`repo_schema`); None for
+      the other kinds. `repo` holds it parsed.
   """
 
   task_id: str
@@ -110,13 +123,23 @@ class Task:
   reference_solution: str
   metadata: dict
   generated_tests: tuple[dict, ...] = ()
+  workspace: dict | None = None
 
   def __post_init__(self):
     for suite in SUITES:
       tests = getattr(self, suite)
       if isinstance(tests, list):
         object.__setattr__(self, suite, tuple(tests))
-    validate(self)
+    object.__setattr__(self, "_repo", _validate(self, "task"))
+
+  @property
+  def repo(self) -> repo_schema.RepoSpec:
+    """A repo task's parsed workspace; ValueError for the other kinds."""
+    if self._repo is None:
+      raise ValueError(
+        f"task {self.task_id!r} is a {self.kind} task, not repo."
+      )
+    return self._repo
 
 
 def _check_value(value: Any, where: str) -> None:
@@ -127,14 +150,16 @@ def _check_value(value: Any, where: str) -> None:
     raise TaskFormatError(f"{where}: {e}") from None
 
 
-def _validate_function_test(test: Any, where: str) -> None:
+def _validate_function_test(
+  test: Any, where: str, keys: set = _FUNCTION_TEST_KEYS
+) -> None:
   if not isinstance(test, dict):
     raise TaskFormatError(f"{where}: a function test must be an object.")
-  unknown = set(test) - _FUNCTION_TEST_KEYS
+  unknown = set(test) - keys
   if unknown:
     raise TaskFormatError(
       f"{where}: unknown keys {sorted(unknown)} in a function test (kind"
-      f" 'function' takes {sorted(_FUNCTION_TEST_KEYS)})."
+      f" 'function' takes {sorted(keys)})."
     )
   if "args" not in test:
     raise TaskFormatError(f"{where}.args: missing.")
@@ -177,8 +202,32 @@ def _validate_stdio_test(test: Any, where: str) -> None:
       raise TaskFormatError(f"{where}.{key}: must be a string.")
 
 
+def _validate_repo_test(
+  spec: repo_schema.RepoSpec, program: bool, test: Any, where: str
+) -> None:
+  """A call into the workspace's modules, or a run of its program."""
+  if isinstance(test, dict) and "call" in test:
+    _validate_function_test(test, where, _CALL_TEST_KEYS)
+  elif isinstance(test, dict) and "args" in test:
+    raise TaskFormatError(
+      f"{where}: a repo task's function test names its target in 'call'"
+      " ('module.function')."
+    )
+  else:
+    _validate_stdio_test(test, where)
+  try:
+    repo_schema.check_test_target(spec, test, program)
+  except repo_schema.RepoFormatError as e:
+    raise TaskFormatError(f"{where}: {e}") from None
+
+
 def validate(task: Task, where: str = "task") -> None:
   """Raises `TaskFormatError` naming the field of anything malformed."""
+  _validate(task, where)
+
+
+def _validate(task: Task, where: str) -> repo_schema.RepoSpec | None:
+  """`validate`, returning a repo task's parsed workspace (else None)."""
   if not isinstance(task.task_id, str) or not task.task_id:
     raise TaskFormatError(f"{where}: task_id: must be a non-empty string.")
   where = f"{where} {task.task_id!r}"
@@ -188,6 +237,21 @@ def validate(task: Task, where: str = "task") -> None:
   if task.kind not in KINDS:
     raise TaskFormatError(
       f"{where}: kind: {task.kind!r} is not one of {KINDS}."
+    )
+  spec = None
+  if task.kind == "repo":
+    if task.reference_solution:
+      raise TaskFormatError(
+        f'{where}: reference_solution: must be "" for a repo task (its'
+        " reference change is workspace.reference)."
+      )
+    try:
+      spec = repo_schema.parse(task.workspace, task.entry_point)
+    except repo_schema.RepoFormatError as e:
+      raise TaskFormatError(f"{where}: {e}") from None
+  elif task.workspace is not None:
+    raise TaskFormatError(
+      f"{where}: workspace: only a repo task has one (kind is {task.kind!r})."
     )
   if task.kind == "function":
     entry = task.entry_point
@@ -200,14 +264,21 @@ def validate(task: Task, where: str = "task") -> None:
         f"{where}: entry_point: a function task needs a Python identifier,"
         f" got {entry!r}."
       )
-  elif task.entry_point is not None:
+  elif task.kind == "stdio" and task.entry_point is not None:
     raise TaskFormatError(
       f"{where}: entry_point: must be null for a stdio task, got"
       f" {task.entry_point!r}."
     )
-  check = (
-    _validate_function_test if task.kind == "function" else _validate_stdio_test
-  )
+  if spec is not None:
+    program = task.entry_point is not None
+
+    def check(test, where):
+      _validate_repo_test(spec, program, test, where)
+
+  elif task.kind == "function":
+    check = _validate_function_test
+  else:
+    check = _validate_stdio_test
   for suite in SUITES:
     tests = getattr(task, suite)
     if not isinstance(tests, tuple | list):
@@ -226,6 +297,7 @@ def validate(task: Task, where: str = "task") -> None:
     _validate_judge_options(task.metadata[JUDGE_METADATA_KEY], where)
   if PROBE_METADATA_KEY in task.metadata:
     _validate_probe(task, where)
+  return spec
 
 
 def _validate_probe(task: Task, where: str) -> None:
@@ -310,21 +382,40 @@ def task_to_json(task: Task) -> dict:
   for suite in SUITES:
     out[suite] = [wire.encode(test) for test in getattr(task, suite)]
   for name in OPTIONAL_FIELDS:
-    if not out[name]:
+    if not out[name]:  # None or an empty suite
       del out[name]
   return out
 
 
-def read_tasks(path: str | os.PathLike) -> list[Task]:
+def read_tasks(
+  path: str | os.PathLike, kinds: tuple[str, ...] = KINDS
+) -> list[Task]:
   """Reads a JSONL task file; blank lines are skipped.
+
+  Args:
+    path: the file.
+    kinds: the kinds the reader takes (`PROGRAM_KINDS` for what runs one
+      program per solution).
 
   Raises:
     TaskFormatError: naming the file, line and field of the first problem
-      (bad JSON, a malformed task, a duplicate task_id).
+      (bad JSON, a malformed task, a duplicate task_id, a kind not in
+      `kinds`).
   """
   tasks, first_line = [], {}
   for line in jsonl.read(path, TaskFormatError, loads=wire.loads):
     task = task_from_json(line.value, line.where)
+    if task.kind not in kinds:
+      hint = (
+        " (a repo task's solution is a workspace: grade it with"
+        " codeagent_rl.tasks.repo_judge)"
+        if task.kind == "repo"
+        else ""
+      )
+      raise TaskFormatError(
+        f"{line.where}: task {task.task_id!r}: kind: {task.kind!r} is not"
+        f" taken here, only {list(kinds)}{hint}."
+      )
     if task.task_id in first_line:
       raise TaskFormatError(
         f"{line.where}: task_id: {task.task_id!r} duplicates line"

@@ -62,7 +62,7 @@ class TaskFileError(exp_lib.SetupError):
 
 def _read_split(path: str, field: str) -> list[schema.Task]:
   try:
-    tasks = schema.read_tasks(path)
+    tasks = schema.read_tasks(path, schema.PROGRAM_KINDS)
   except (schema.TaskFormatError, OSError) as e:
     raise TaskFileError(f"config.data.{field}: {e}") from None
   if not tasks:

@@ -128,7 +128,7 @@ def _tasks(
   """
   if cfg.tasks_file:
     try:
-      tasks = schema.read_tasks(cfg.tasks_file)
+      tasks = schema.read_tasks(cfg.tasks_file, schema.PROGRAM_KINDS)
     except (OSError, schema.TaskFormatError, UnicodeDecodeError) as e:
       raise exp_lib.SetupError(
         f"config.humaneval.tasks_file={cfg.tasks_file!r} cannot be read:"

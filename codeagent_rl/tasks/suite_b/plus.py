@@ -294,7 +294,7 @@ def main(argv: list[str]) -> None:
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   try:
-    tasks = schema.read_tasks(values.tasks)
+    tasks = schema.read_tasks(values.tasks, schema.PROGRAM_KINDS)
   except (schema.TaskFormatError, OSError) as e:
     sys.exit(f"plus: {e}")
   try:
