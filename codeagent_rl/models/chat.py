@@ -228,6 +228,7 @@ class ChatTemplateFormat(ConversationFormat):
     special_tokens: Mapping[str, str] | None = None,
     eos_ids: Sequence[int] = (),
     observation_role: str = USER,
+    tools: Sequence[Mapping[str, Any]] | None = None,
   ):
     """Builds the format and checks the template.
 
@@ -239,6 +240,9 @@ class ChatTemplateFormat(ConversationFormat):
         template; eos_token and pad_token also set `stop_ids` / `pad_id`.
       eos_ids: generation_config's eos_token_id(s).
       observation_role: role of observations, "user" or e.g. "tool".
+      tools: JSON-schema functions every render passes to the template
+      (its `tools=`, e.g. `envs/repo_tools.TOOLS`): the prompt shows them
+      as the template does, and the episode check renders with them.
 
     Raises:
       ValueError: naming what in the template or tokens does not fit.
@@ -253,6 +257,7 @@ class ChatTemplateFormat(ConversationFormat):
     self._template = chat_template.Template(template, special_tokens)
     self.vocab_size = self._tok.num_ids
     self.observation_role = observation_role
+    self.tools = tuple(tools) if tools else None
     self._placeholder = f"PH{uuid.uuid4().hex}N"
     self._slots: dict[str, tuple[str, str]] = {}
     self._check_template()
@@ -276,7 +281,11 @@ class ChatTemplateFormat(ConversationFormat):
 
   @classmethod
   def from_checkpoint(
-    cls, path: str | os.PathLike, *, observation_role: str = USER
+    cls,
+    path: str | os.PathLike,
+    *,
+    observation_role: str = USER,
+    tools: Sequence[Mapping[str, Any]] | None = None,
   ) -> ChatTemplateFormat:
     """Builds the format from a checkpoint directory's tokenizer files.
 
@@ -289,6 +298,7 @@ class ChatTemplateFormat(ConversationFormat):
       special_tokens=ckpt.special_tokens,
       eos_ids=ckpt.eos_ids,
       observation_role=observation_role,
+      tools=tools,
     )
 
   # --- Construction checks ---------------------------------------------------
@@ -297,7 +307,9 @@ class ChatTemplateFormat(ConversationFormat):
     return f"{self._placeholder}{name}Z"
 
   def _render(self, messages: Sequence[Message], gen: bool) -> str:
-    return self._template.render(messages, add_generation_prompt=gen)
+    return self._template.render(
+      messages, add_generation_prompt=gen, tools=self.tools
+    )
 
   def _check_template(self) -> None:
     """Finds the end-of-turn token and checks the template is append-only."""

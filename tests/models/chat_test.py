@@ -593,3 +593,43 @@ def test_tools_render_as_transformers_renders_them(tmp_path, chatml_tok):
   )
   assert with_tools.count("\n{") == len(repo_tools.TOOLS)
   assert '"name": "edit"' in with_tools
+
+
+def test_a_format_with_tools_renders_them_in_every_render(tmp_path, chatml_tok):
+  path = _write(
+    tmp_path,
+    chatml_tok,
+    {"chat_template": TOOLS_TEMPLATE, "eos_token": "<|im_end|>"},
+  )
+  fmt = chat.ChatTemplateFormat.from_checkpoint(path, tools=repo_tools.TOOLS)
+  plain = chat.ChatTemplateFormat.from_checkpoint(path)
+  hf = transformers.AutoTokenizer.from_pretrained(path)
+  calls = [
+    '<tool_call>{"name": "view", "arguments": {"path": "a.py"}}</tool_call>',
+    '<tool_call>{"name": "submit", "arguments": {}}</tool_call>',
+  ]
+  observations = ["1 | def f():"]
+  messages = _messages(SYSTEM, calls[:1], observations)
+  want = hf.apply_chat_template(
+    messages, tools=repo_tools.TOOLS, add_generation_prompt=True, tokenize=True
+  )
+  want = list(want if isinstance(want, list) else want["input_ids"])
+
+  def stitch(actions):
+    # The policy emits <tool_call> as its token (token in, token out).
+    ids = fmt.prompt_ids(SYSTEM, TASK)
+    for k, action in enumerate(actions):
+      ids += [*fmt.encode_action(action), fmt.end_of_turn_id]
+      if k < len(observations):
+        ids += fmt.observation_ids(observations[k], action_ended=True)
+    return ids
+
+  stitched = stitch(calls[:1])
+  assert stitched == want
+  assert '"name": "edit"' in fmt.decode(fmt.prompt_ids(SYSTEM, TASK))
+  assert '"name": "edit"' not in plain.decode(plain.prompt_ids(SYSTEM, TASK))
+  messages = _messages(SYSTEM, calls, observations)
+  stitched = stitch(calls)
+  assert chat.check_episode(fmt, messages, stitched, "strict")
+  # The same ids checked without the tools do not match their render.
+  assert not chat.check_episode(plain, messages, stitched, "strict")
