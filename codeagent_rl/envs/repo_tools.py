@@ -178,6 +178,15 @@ def call(workspace: ws_lib.Workspace, name: Any, arguments: Any) -> ToolResult:
 _QWEN_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
+def json_call_text(name: str, arguments: dict) -> str:
+  """A call as Qwen2.5 writes one (for demonstrations).
+
+  `parse_json_call` reads it back as `(name, arguments)`.
+  """
+  body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+  return f"<tool_call>\n{body}\n</tool_call>"
+
+
 def parse_json_call(text: str) -> tuple[str, Any]:
   """(name, arguments) of the one JSON tool call in `text`.
 

@@ -103,6 +103,63 @@ def _kind(test: dict) -> str:
   return jobs.STDIO if "stdin" in test else jobs.FUNCTION
 
 
+class PendingTests:
+  """Tests of a workspace whose jobs are in a pool; `result` waits."""
+
+  def __init__(
+    self,
+    pool,
+    task: schema.Task,
+    tests: Sequence[dict],
+    workspace: workspace_lib.Workspace,
+    timeout_s: float | None = None,
+  ):
+    """Submits the jobs of `tests` on `workspace` (`tests_jobs`) to `pool`."""
+    self.pool = pool
+    self.task = task
+    self.num_tests = len(tests)
+    self._planned = [
+      (positions, job, None if job is None else pool.submit(job))
+      for positions, job in tests_jobs(task, tests, workspace, timeout_s)
+    ]
+
+  def result(self, retries: int = 0) -> jobs.JobResult:
+    """One merged `JobResult` of the tests, in their order.
+
+    Its status is the most severe of the jobs'; its stdout and stderr the
+    jobs' joined; its duration their sum. A job that hit a sandbox error
+    (the sandbox failed, not the code) is resubmitted up to `retries` times.
+    """
+    runs: list = [None] * self.num_tests
+    results = []
+    for positions, job, future in self._planned:
+      if future is None:
+        missing = f"the program {self.task.entry_point} is not in the workspace"
+        result = _failed_result([jobs.STDIO] * len(positions), missing)
+      else:
+        result = future.result()
+        for _ in range(retries):
+          if result.status != status_lib.JobStatus.SANDBOX_ERROR:
+            break
+          result = self.pool.submit(job).result()
+      results.append(result)
+      for i, run in zip(positions, result.tests, strict=True):
+        runs[i] = run
+    statuses = {r.status for r in results}
+    status = next(
+      (s for s in _SEVERITY if s in statuses), status_lib.JobStatus.OK
+    )
+    return jobs.JobResult(
+      status=status,
+      tests=tuple(runs),
+      stdout="".join(r.stdout for r in results),
+      stderr="".join(r.stderr for r in results),
+      duration_s=sum(r.duration_s for r in results),
+      reason=next((r.reason for r in results if r.reason), ""),
+      sandbox=",".join(sorted({r.sandbox for r in results if r.sandbox})),
+    )
+
+
 def run_tests(
   pool,
   task: schema.Task,
@@ -110,41 +167,52 @@ def run_tests(
   workspace: workspace_lib.Workspace,
   timeout_s: float | None = None,
 ) -> jobs.JobResult:
-  """Runs `tests` on `workspace` in `pool`; one merged `JobResult`.
+  """Runs `tests` on `workspace` in `pool` (`PendingTests(...).result()`)."""
+  return PendingTests(pool, task, tests, workspace, timeout_s).result()
 
-  Its tests are in the order of `tests`; its status the most severe of
-  the jobs'; its stdout and stderr the jobs' joined; its duration their
-  sum.
+
+class PendingGrade:
+  """A change being graded on suites A, B and the generated one.
+
+  The constructor makes the graded copy and submits its jobs; `result`
+  waits for them and judges. So many episodes' submissions run at once.
   """
-  planned = tests_jobs(task, tests, workspace, timeout_s)
-  futures = [
-    (positions, None if job is None else pool.submit(job))
-    for positions, job in planned
-  ]
-  runs: list = [None] * len(tests)
-  results = []
-  for positions, future in futures:
-    if future is None:
-      missing = f"the program {task.entry_point} is not in the workspace"
-      result = _failed_result([jobs.STDIO] * len(positions), missing)
+
+  def __init__(
+    self,
+    pool,
+    task: schema.Task,
+    agent: workspace_lib.Workspace,
+    config: judge.JudgeConfig | None = None,
+    timeout_s: float | None = None,
+  ):
+    """See `grade_workspace` for the arguments."""
+    self.task = task
+    self.config = config or judge.JudgeConfig()
+    spec = task.repo
+    tests = judge.graded_tests(task)
+    self.graded, self._pending, self._failed = None, None, None
+    try:
+      self.graded = workspace_lib.graded_copy(
+        spec.start, agent, spec.test_paths
+      )
+    except workspace_lib.WorkspaceError as e:
+      reason = f"the change does not fit the task's files: {e}"
+      self._failed = _failed_result([_kind(t) for t in tests], reason)
+      return
+    self._pending = PendingTests(
+      pool, task, tests, self.graded.workspace, timeout_s
+    )
+
+  def result(
+    self, retries: int = 0
+  ) -> tuple[judge.Grade, workspace_lib.GradedCopy | None]:
+    """(the grade, the graded copy; None when the change did not fit)."""
+    if self._pending is None:
+      result = self._failed
     else:
-      result = future.result()
-    results.append(result)
-    for i, run in zip(positions, result.tests, strict=True):
-      runs[i] = run
-  statuses = {r.status for r in results}
-  status = next(
-    (s for s in _SEVERITY if s in statuses), status_lib.JobStatus.OK
-  )
-  return jobs.JobResult(
-    status=status,
-    tests=tuple(runs),
-    stdout="".join(r.stdout for r in results),
-    stderr="".join(r.stderr for r in results),
-    duration_s=sum(r.duration_s for r in results),
-    reason=next((r.reason for r in results if r.reason), ""),
-    sandbox=",".join(sorted({r.sandbox for r in results if r.sandbox})),
-  )
+      result = self._pending.result(retries)
+    return judge.grade_result(self.task, result, self.config), self.graded
 
 
 def grade_workspace(
@@ -169,14 +237,4 @@ def grade_workspace(
     None when the change does not fit the task's files and every test
     failed without a job).
   """
-  config = config or judge.JudgeConfig()
-  spec = task.repo
-  tests = judge.graded_tests(task)
-  try:
-    graded = workspace_lib.graded_copy(spec.start, agent, spec.test_paths)
-  except workspace_lib.WorkspaceError as e:
-    reason = f"the change does not fit the task's files: {e}"
-    result = _failed_result([_kind(t) for t in tests], reason)
-    return judge.grade_result(task, result, config), None
-  result = run_tests(pool, task, tests, graded.workspace, timeout_s)
-  return judge.grade_result(task, result, config), graded
+  return PendingGrade(pool, task, agent, config, timeout_s).result()

@@ -40,7 +40,8 @@ EXAMPLES = [
     ),
   ),
   (
-    "edit s.py\n<<<<<<< SEARCH\n  return a - b\n=======\n  return a + b\n>>>>>>> REPLACE",
+    "edit s.py\n<<<<<<< SEARCH\n  return a - b\n=======\n"
+    "  return a + b\n>>>>>>> REPLACE",
     (
       "edit",
       {"path": "s.py", "search": "  return a - b", "replace": "  return a + b"},
@@ -132,28 +133,34 @@ def _random_text(rng, newline_ok=True):
   return "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 24)))
 
 
+def _random_args(rng, name, path):
+  if name == "view":
+    start = {"start": rng.randrange(1, 50)} if rng.random() < 0.5 else {}
+    return {"path": path, **start}
+  if name == "list_files":
+    return {"folder": "pkg"} if rng.random() < 0.5 else {}
+  if name == "search":
+    return {"text": _random_text(rng, False).strip() or "x"}
+  if name == "edit":
+    return {
+      "path": path,
+      "search": _random_text(rng),
+      "replace": _random_text(rng),
+    }
+  if name == "create":
+    return {"path": path, "content": _random_text(rng)}
+  if name == "run":
+    return {"path": path, "stdin": _random_text(rng)}
+  return {"path": path}
+
+
 def test_random_calls_round_trip_through_a_turn_or_are_refused():
   rng = random.Random(0)
   made = 0
   for _ in range(3000):
     name = rng.choice(list(repo_commands.USAGE))
     path = rng.choice(["a.py", "pkg/m.py", "a b.py", "t/x_1.py"])
-    args = {
-      "view": lambda: {
-        "path": path,
-        **({"start": rng.randrange(1, 50)} if rng.random() < 0.5 else {}),
-      },
-      "list_files": lambda: {"folder": "pkg"} if rng.random() < 0.5 else {},
-      "search": lambda: {"text": _random_text(rng, False).strip() or "x"},
-      "edit": lambda: {
-        "path": path,
-        "search": _random_text(rng),
-        "replace": _random_text(rng),
-      },
-      "create": lambda: {"path": path, "content": _random_text(rng)},
-      "delete": lambda: {"path": path},
-      "run": lambda: {"path": path, "stdin": _random_text(rng)},
-    }[name]()
+    args = _random_args(rng, name, path)
     try:
       command = repo_commands.format_tag_call(name, args)
     except ValueError:

@@ -83,7 +83,8 @@ HELDOUT = [
   {
     "call": "inventory.report.summary",
     "args": [{}, []],
-    "checker": "def check(args, kwargs, output):\n  return output == '0 items, 0 units'\n",
+    "checker": "def check(args, kwargs, output):\n"
+    "  return output == '0 items, 0 units'\n",
   },
   {"stdin": "q 1\nq 1\n", "expected_stdout": "1 items, 2 units\n"},
 ]

@@ -391,10 +391,12 @@ def _child_stdio(job: dict, unloadable=None) -> None:
     code = _exit_code(e)
   except MemoryError:
     status, code = "memory", 1
-  except BaseException:
+  except BaseException as e:
     code = 1
     try:
-      traceback.print_exc()
+      # Without this frame (the harness's), as `python main.py` prints it.
+      tb = e.__traceback__
+      traceback.print_exception(type(e), e, tb.tb_next if tb else None)
     except BaseException:
       pass
   try:
