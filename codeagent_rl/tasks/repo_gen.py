@@ -524,6 +524,7 @@ def _assemble(
       "symptom": "wrong_value"
       if answer["calls"][0][0] == "ok"
       else "exception",
+      "failing_input": visible[0],
     },
     workspace={
       "files": files,
