@@ -251,6 +251,16 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   data.probe_scan = 0.3
   data.probe_give_up = 0.15
   data.probe_off_by_one = 0.1
+  # Repository tasks (generator "repo"; configs/repo.py): packages of
+  # repo_min_modules..repo_max_modules modules with one injected bug, and
+  # the weight of each demonstration kind (rollout/repo_demos.py): a
+  # direct fix, a long probing descent, an early give-up, a weakened test.
+  data.repo_min_modules = 3
+  data.repo_max_modules = 8
+  data.repo_direct = 0.4
+  data.repo_probing = 0.4
+  data.repo_give_up = 0.1
+  data.repo_weakened_test = 0.1
   # Data isolation before SFT (codeagent_rl/tasks/isolation.py): whether
   # the hidden and held-out tests of the train and held-out tasks appear in
   # the rendered demonstrations. "error" stops the run, "warn" prints it;

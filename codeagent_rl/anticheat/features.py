@@ -44,6 +44,7 @@ its score is the same before and after execution).
 from __future__ import annotations
 
 from collections.abc import Sequence
+import json
 import math
 import re
 from typing import Any
@@ -73,7 +74,21 @@ def _log(count: float) -> float:
 
 
 def normalise_action(action: Any) -> tuple[str, str]:
-  """(kind, code) from action text, a parsed action or a (verb, code) pair."""
+  """(kind, code) from action text, a parsed action or a (verb, code) pair.
+
+  A repository episode's tool call (`repo_env.ToolCall`: a `name` and
+  `arguments`) is ("run", "run PATH") for a run, ("submit", "") for a
+  submission and ("tool", "NAME {arguments}") for the others (a view, an
+  edit...), which count as turns but not as runs.
+  """
+  name = getattr(action, "name", None)
+  arguments = getattr(action, "arguments", None)
+  if isinstance(name, str) and isinstance(arguments, dict):
+    if name == "submit":
+      return "submit", ""
+    if name == "run":
+      return "run", f"run {arguments.get('path')}"
+    return "tool", f"{name} {json.dumps(arguments, sort_keys=True)}"
   if isinstance(action, str):
     action = protocol.parse_action(action)
   if isinstance(action, protocol.Run):
@@ -241,6 +256,8 @@ def from_episode(state: Any, result: Any | None = None) -> np.ndarray:
   code = state.final_code
   if code is None and turns and isinstance(turns[-1].action, protocol.Submit):
     code = turns[-1].action.code
+  if code is None:  # a repository episode: the change it submitted
+    code = getattr(state, "submitted_text", None)
   observations = [
     None if t.observation is None else t.observation.body for t in turns
   ]

@@ -283,6 +283,11 @@ class EpisodeState:
   outcome: Outcome | None = None
 
   @property
+  def prompt_parts(self) -> tuple[str, str]:
+    """(system, user) text of the prompt, as `prompt_ids` rendered them."""
+    return protocol.REMINDER, protocol.task_text(self.task)
+
+  @property
   def final_code(self) -> str | None:
     """The submitted code, if the episode ended with a `<submit>`."""
     if self.turns and isinstance(self.turns[-1].action, protocol.Submit):

@@ -57,12 +57,12 @@ JSON = "json"
 # The system text of each tool syntax (trusted: the byte protocol's tags
 # in it are its tokens).
 REMINDER = {
+  # Short: a byte model reads every prompt byte; the demonstrations teach
+  # the commands' forms (envs/repo_commands.py).
   TAGS: (
-    f"Fix the repository. One command per turn in {protocol.RUN}..."
-    f"{protocol.RUN_END}: view PATH [START [END]], list_files [FOLDER],"
-    " search [-i] TEXT, edit PATH + SEARCH/REPLACE block, create PATH +"
-    " lines, delete PATH, run PATH + stdin lines. Finish with"
-    f" {protocol.SUBMIT}summary{protocol.SUBMIT_END}.\n"
+    f"One command per turn in {protocol.RUN}{protocol.RUN_END}: view, "
+    "list_files, search, edit, create, delete, run. Finish with "
+    f"{protocol.SUBMIT}{protocol.SUBMIT_END}.\n"
   ),
   JSON: (
     "Fix the repository with the tools: one tool call per turn; call"
@@ -92,15 +92,44 @@ class RepoState(code_env.EpisodeState):
     workspace: the agent's current workspace.
     graded: at a submission, the graded copy (what was restored and
       removed); None otherwise or when the change did not fit.
+    system: the prompt's system text (the tool syntax's reminder).
   """
 
   workspace: ws_lib.Workspace | None = None
   graded: ws_lib.GradedCopy | None = None
+  system: str = ""
+
+  @property
+  def prompt_parts(self) -> tuple[str, str]:
+    """(system, user) text of the prompt, as `prompt_ids` rendered them."""
+    return self.system, task_text(self.task)
 
   @property
   def final_code(self) -> str | None:
     """None: a repo episode submits a workspace (`workspace`), not code."""
     return None
+
+  @property
+  def submitted_text(self) -> str | None:
+    """The submitted change as text (`change_text`), if it was submitted."""
+    if self.stop_reason != code_env.STOP_SUBMIT or self.workspace is None:
+      return None
+    return change_text(self.task.repo.start, self.workspace)
+
+
+def change_text(start: ws_lib.Workspace, workspace: ws_lib.Workspace) -> str:
+  """The files `workspace` changed or added against `start`, as one text.
+
+  Each as a `# path` line and its text, in path order; a deleted file as
+  `# path (deleted)`. What stage 1 reads of a repo episode's submission.
+  """
+  parts = []
+  for path in sorted(set(start) | set(workspace)):
+    if path not in workspace:
+      parts.append(f"# {path} (deleted)\n")
+    elif start.get(path) != workspace[path]:
+      parts.append(f"# {path}\n{workspace[path]}")
+  return "".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,9 +219,10 @@ class RepoEnv:
     syntax: "tags" (the byte protocol's commands) or "json" (tool calls).
     config: the budgets (`code_env.EnvConfig`).
     judge_config: float tolerance of the judge.
-    pre_submit: called as pre_submit(state, summary) before a submission
-      is graded; a non-empty string it returns is the reason not to grade
-      it (the episode ends with `Outcome.not_executed(reason)`).
+    pre_submit: called as pre_submit(state, change) before a submission
+      is graded (`change`: `change_text` of the workspace); a non-empty
+      string it returns is the reason not to grade it (the episode ends
+      with `Outcome.not_executed(reason)`).
   """
 
   def __init__(
@@ -233,6 +263,7 @@ class RepoEnv:
       started_at=self._clock(),
       num_tokens=len(ids),
       workspace=start,
+      system=REMINDER[self.syntax],
     )
 
   def parse(self, text: str) -> ToolCall | protocol.FormatError:
@@ -360,7 +391,8 @@ class RepoEnv:
       return dataclasses.replace(p, job=job, future=self.pool.submit(job))
     if tool.request == "submit":
       if self.pre_submit is not None:
-        skip = self.pre_submit(state, _summary(text)) or None
+        change = change_text(state.task.repo.start, state.workspace)
+        skip = self.pre_submit(state, change) or None
         if skip is not None:
           return dataclasses.replace(p, skip=skip)
       grading = repo_judge.PendingGrade(
@@ -438,9 +470,3 @@ class RepoEnv:
       result=result,
     )
     return new_state, step
-
-
-def _summary(text: str) -> str:
-  """The text of a submission (the summary the policy wrote, if any)."""
-  action = protocol.parse_action(text)
-  return action.code if isinstance(action, protocol.Submit) else text

@@ -533,10 +533,11 @@ def episode_messages(
   """
   turns = state.turns
   shown = turns if state.stop_reason == code_env.STOP_ADAPTIVE else turns[:-1]
+  system, user = state.prompt_parts
   return chat.episode_messages(
     fmt,
-    protocol.REMINDER,
-    protocol.task_text(state.task),
+    system,
+    user,
     [t.action_text for t in turns],
     [t.observation.body for t in shown],
   )

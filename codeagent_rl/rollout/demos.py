@@ -40,7 +40,9 @@ class PlanPolicy:
 
     Args:
       fmt: the policy's conversation format.
-      plans: per row, the ("run" | "submit", code) actions in order.
+      plans: per row, the ("run" | "submit", code) actions in order, or
+        the actions' complete texts (a repository plan's tool calls,
+        `repo_demos.action_text`).
 
     Raises:
       ValueError: an action kind is neither "run" nor "submit".
@@ -48,7 +50,11 @@ class PlanPolicy:
     self._turns = []
     for row, actions in enumerate(plans):
       texts = []
-      for kind, code in actions:
+      for action in actions:
+        if isinstance(action, str):
+          texts.append(action)
+          continue
+        kind, code = action
         if kind not in _ACTIONS:
           raise ValueError(f"plan {row}: action {kind!r} is not run/submit.")
         texts.append(protocol.format_action(_ACTIONS[kind](code)))
@@ -93,7 +99,7 @@ def render(
   Args:
     env: the environment (budgets should admit the longest plan).
     tasks: one task per plan.
-    plans: per row, ("run" | "submit", code) actions.
+    plans: per row, ("run" | "submit", code) actions, or action texts.
 
   Returns:
     The `Rollout`: `batch.trainable` marks action tokens, `episodes` tell

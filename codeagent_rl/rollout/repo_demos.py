@@ -59,6 +59,11 @@ class RepoPlan:
     for name, args in self.calls:
       repo_tools.check_arguments(name, args)
 
+  @property
+  def actions(self) -> tuple[tuple[str, dict], ...]:
+    """The calls (what fingerprints of the demonstrations hash)."""
+    return self.calls
+
 
 def action_text(syntax: str, name: str, arguments: dict) -> str:
   """One call as the policy writes it: "tags" or "json" (`RepoEnv.syntax`)."""

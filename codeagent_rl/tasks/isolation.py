@@ -674,13 +674,13 @@ class _Matcher:
 
 def _test_needles(matcher: _Matcher, task: schema.Task, test: dict, target):
   """Adds a test's patterns; returns (its assertion-form tokens, checked)."""
-  if task.kind == "stdio":
+  if "stdin" in test:  # a stdio task's, or a run of a repo's program
     stdin, stdout = tokenize(test["stdin"]), tokenize(test["expected_stdout"])
     if len(stdin) + len(stdout) < MIN_TOKENS:
       return stdin + stdout, False
     matcher.add_all([stdin, stdout], target)
     return stdin + stdout, True
-  call = tokenize(call_text(task.entry_point, test))
+  call = tokenize(call_text(test.get("call", task.entry_point), test))
   if "expected" not in test:
     if len(call) < MIN_CALL_TOKENS:
       return call, False

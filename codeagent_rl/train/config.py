@@ -14,13 +14,14 @@ from typing import Any
 
 from codeagent_rl import config_utils
 from codeagent_rl.tasks import probes as probes_lib
+from codeagent_rl.tasks import repo_gen
 from codeagent_rl.tasks import synthetic
 
 # The bound of `config.seed` (keys.MAX_SEED), without importing jax here.
 MAX_DATA_SEED = 2**32 - 1
 
 # Task generators of `config.data.generator`.
-GENERATORS = ("synthetic", "probes")
+GENERATORS = ("synthetic", "probes", "repo")
 # What the audit of the task files does with a task that has a problem
 # (`tasks/audit.py`): drop it, stop the run, or no audit.
 BAD_TASKS = ("skip", "error", "off")
@@ -54,9 +55,10 @@ class DataConfig:
   `eval_tasks`: JSONL in the task schema, e.g. written by
   `python -m codeagent_rl.tasks.convert`), else from the generator named
   by `generator`: "synthetic" (function families, tasks/synthetic.py, the
-  fields from `difficulty_weights` to `oracle_tests`) or "probes"
+  fields from `difficulty_weights` to `oracle_tests`), "probes"
   (interactive tasks with heavy-tailed horizons, tasks/probes.py, the
-  `probe_*` fields).
+  `probe_*` fields) or "repo" (repository tasks, tasks/repo_gen.py, with
+  the demonstrations of rollout/repo_demos.py; the `repo_*` fields).
 
   Attributes:
     train_tasks: JSONL task file of the train split (PPO prompts), or None.
@@ -82,11 +84,19 @@ class DataConfig:
     suite_a: "strong" or "weak" synthetic suite A (`synthetic.SUITE_A_MODES`).
     oracle_tests: tests of each synthetic task's oracle suite, which only
       metrics read (`tasks/oracle.py`); 0: none.
-    generator: "synthetic" or "probes".
+    generator: "synthetic", "probes" or "repo".
     probe_bisect: probability of a `bisect` demonstration (probe tasks).
     probe_scan: probability of a long `scan` demonstration.
     probe_give_up: probability of a flawed early `give_up` demonstration.
     probe_off_by_one: probability of a flawed `off_by_one` demonstration.
+    repo_min_modules: fewest modules of a generated package (>= 3).
+    repo_max_modules: most modules of a generated package (<= 15).
+    repo_direct: weight of a `direct` repo demonstration (each train task
+      gets one demonstration, its kind drawn by these weights).
+    repo_probing: weight of a long `probing` demonstration.
+    repo_give_up: weight of a flawed `give_up` demonstration.
+    repo_weakened_test: weight of a flawed `weakened_test` demonstration
+      (a hack: graded runs use the task's own test file).
     isolation: the data-isolation check of the SFT data before SFT
       (`tasks/isolation.py`): "error" (a leak stops the run), "warn" (it
       is reported) or "off".
@@ -124,6 +134,12 @@ class DataConfig:
   probe_scan: float
   probe_give_up: float
   probe_off_by_one: float
+  repo_min_modules: int
+  repo_max_modules: int
+  repo_direct: float
+  repo_probing: float
+  repo_give_up: float
+  repo_weakened_test: float
   isolation: str
   bad_tasks: str
   seed: int | None
@@ -182,6 +198,36 @@ class DataConfig:
       raise ValueError(
         f"config.data: {str(e).replace('ProbeConfig.', 'probe_')}"
       ) from e
+    try:
+      self.repo()
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"config.data: repo tasks: {e}") from e
+    weights = self.repo_weights()
+    bad = {k: w for k, w in weights.items() if type(w) not in (int, float)}
+    if (
+      bad
+      or any(not 0 <= w < math.inf for w in weights.values())
+      or not any(weights.values())
+    ):
+      raise ValueError(
+        f"config.data.repo_*: demonstration weights {weights} must be"
+        " finite numbers >= 0, not all 0."
+      )
+
+  def repo(self) -> repo_gen.GenConfig:
+    """The repository task generator's config."""
+    return repo_gen.GenConfig(
+      min_modules=self.repo_min_modules, max_modules=self.repo_max_modules
+    )
+
+  def repo_weights(self) -> dict[str, float]:
+    """The weight of each repo demonstration kind (`repo_demos.PLAN_KINDS`)."""
+    return {
+      "direct": self.repo_direct,
+      "probing": self.repo_probing,
+      "give_up": self.repo_give_up,
+      "weakened_test": self.repo_weakened_test,
+    }
 
   def probes(self, split: str, seed: int) -> probes_lib.ProbeConfig:
     """The probe generator's config of `split` ("train" | "test")."""

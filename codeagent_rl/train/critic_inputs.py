@@ -30,14 +30,14 @@ HEADER = "Hidden tests:"
 
 def test_line(task: schema.Task, test: dict) -> str:
   """One hidden test as the critic reads it (checkers in full)."""
-  if task.kind == "stdio":
+  if "stdin" in test:  # a stdio task's, or a run of a repo's program
     return (
       f"stdin {protocol.value_repr(test['stdin'], None)} -> stdout"
       f" {protocol.value_repr(test['expected_stdout'], None)}"
     )
-  call = protocol.call_repr(
-    task.entry_point, test["args"], test.get("kwargs", {}), None
-  )
+  # A repo task's call names its target; a function task's is the entry.
+  target = test.get("call", task.entry_point)
+  call = protocol.call_repr(target, test["args"], test.get("kwargs", {}), None)
   if "checker" in test:
     return f"{call} passes: {test['checker']}"
   return f"{call} == {protocol.value_repr(test['expected'], None)}"

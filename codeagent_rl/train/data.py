@@ -27,10 +27,13 @@ from absl import logging
 import numpy as np
 
 from codeagent_rl.envs import code_env
+from codeagent_rl.envs import repo_env
 from codeagent_rl.parallel import distributed
 from codeagent_rl.rollout import demos
+from codeagent_rl.rollout import repo_demos
 from codeagent_rl.tasks import isolation
 from codeagent_rl.tasks import probes
+from codeagent_rl.tasks import repo_gen
 from codeagent_rl.tasks import schema
 from codeagent_rl.tasks import synthetic
 from codeagent_rl.train import config as train_config
@@ -48,12 +51,13 @@ class TaskSets:
   Attributes:
     train: train-split tasks (PPO prompts).
     eval: held-out test-split tasks (disjoint parameters).
-    plans: demonstration plans of the train tasks.
+    plans: demonstration plans of the train tasks (`repo_demos.RepoPlan`s
+      for repository tasks).
   """
 
   train: tuple[schema.Task, ...]
   eval: tuple[schema.Task, ...]
-  plans: tuple[synthetic.DemoPlan, ...]
+  plans: tuple[synthetic.DemoPlan | repo_demos.RepoPlan, ...]
 
 
 class TaskFileError(exp_lib.SetupError):
@@ -104,6 +108,8 @@ def _generate(
   try:
     if data.generator == "probes":
       return {s: probes.generate(data.probes(s, seed)) for s in splits}
+    if data.generator == "repo":
+      return {s: _repo_split(data, s, seed) for s in splits}
     sets = synthetic.generate_sets(
       [data.synthetic(s, seed) for s in splits], public=public
     )
@@ -186,6 +192,38 @@ def iteration_prompts(
   return [tasks[index] for index in picks.tolist()]
 
 
+def _repo_split(
+  data: train_config.DataConfig, split: str, seed: int
+) -> tuple[list[schema.Task], list[repo_demos.RepoPlan]]:
+  """A repo split's tasks (and, for train, one plan per task).
+
+  The splits draw from seeds of their own (2 * seed and 2 * seed + 1), so
+  their packages and bugs are drawn apart.
+  """
+  train = split == "train"
+  num = data.num_train_tasks if train else data.num_eval_tasks
+  tasks = repo_gen.generate(num, 2 * seed + (0 if train else 1), data.repo())
+  if not train:
+    return tasks, []
+  return tasks, repo_demos.plans_for(tasks, seed, data.repo_weights())
+
+
+def _plan_actions(plan, env) -> Sequence:
+  """What `demos.render` plays of a plan in `env`'s action syntax."""
+  if isinstance(plan, repo_demos.RepoPlan):
+    return [repo_demos.action_text(env.syntax, n, a) for n, a in plan.calls]
+  return plan.actions
+
+
+def make_env(pool, fmt, config, generator: str, **kwargs):
+  """The environment of a run's tasks: `RepoEnv` for the "repo" generator.
+
+  `kwargs` go to the constructor (`judge_config`, `pre_submit`, ...).
+  """
+  env_class = repo_env.RepoEnv if generator == "repo" else code_env.CodeEnv
+  return env_class(pool, fmt, config, **kwargs)
+
+
 def longest_prompt(env: code_env.CodeEnv, tasks: Sequence[schema.Task]) -> int:
   """Tokens in the longest prompt of `tasks` (sizes the rollout KV cache)."""
   return max(len(env.reset(task).prompt_ids) for task in tasks)
@@ -251,7 +289,7 @@ def sft_arrays(
   if cached is not None:
     return cached
   by_id = {t.task_id: t for t in task_sets.train}
-  env = code_env.CodeEnv(
+  env = type(env)(
     env.pool,
     env.format,
     env.config,
@@ -394,7 +432,9 @@ def _render(
   for start in range(0, len(plans), _RENDER_CHUNK):
     chunk = plans[start : start + _RENDER_CHUNK]
     rollout = demos.render(
-      env, [by_id[p.task_id] for p in chunk], [p.actions for p in chunk]
+      env,
+      [by_id[p.task_id] for p in chunk],
+      [_plan_actions(p, env) for p in chunk],
     )
     batch = rollout.batch
     for i, (plan, episode) in enumerate(

@@ -36,7 +36,6 @@ import ml_collections
 from codeagent_rl import provenance
 from codeagent_rl import samples as samples_lib
 from codeagent_rl.anticheat import pipeline
-from codeagent_rl.envs import code_env
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import distributed
 from codeagent_rl.parallel import transfers
@@ -413,9 +412,10 @@ def train_and_evaluate(
     # Demonstrations and evaluation run without the pre-submit gate: every
     # submission runs, and the evaluation counts the ones stage 1 rejects
     # as unsolved afterwards.
-    env = code_env.CodeEnv(pool, fmt, exp.env)
-    rl_env = code_env.CodeEnv(
-      pool, fmt, exp.env, pre_submit=anticheat.pre_submit
+    generator = exp.data.generator
+    env = data_lib.make_env(pool, fmt, exp.env, generator)
+    rl_env = data_lib.make_env(
+      pool, fmt, exp.env, generator, pre_submit=anticheat.pre_submit
     )
     arrays = None
     if exp.sft.steps:

@@ -100,6 +100,9 @@ def test_the_scripted_episode_fixes_the_bug_with_commands(module_pool):
   assert step.outcome.suite_a == step.outcome.suite_b == 1.0
   assert state.graded.restored == ()
   assert state.final_code is None
+  assert state.submitted_text == (
+    f"# inventory/stock.py\n{repo_tasks.STOCK_FIXED}"
+  )
   assert state.num_tokens == len(start.prompt_ids) + sum(
     len(TOK.encode(t.action_text))
     + len(protocol.observation_ids(TOK, t.observation))
@@ -276,7 +279,13 @@ def test_pre_submit_can_refuse_to_grade(module_pool):
   state, step = env.step(env.reset(TASK), _tags("submit", {}))
   assert step.outcome.reason == "edits a protected path"
   assert not step.outcome.executed
-  assert seen == [(TASK.repo.start, "fix restock\n")]
+  assert seen == [(TASK.repo.start, "")]
+  state, _ = _play(env, env.reset(TASK), [FIX], _tags)
+  env.step(state, _tags("submit", {}))
+  assert seen[-1] == (
+    state.workspace,
+    f"# inventory/stock.py\n{repo_tasks.STOCK_FIXED}",
+  )
 
 
 class FlakyPool:
