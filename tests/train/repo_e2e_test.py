@@ -64,15 +64,21 @@ def test_the_demonstrations_are_tool_calls_with_sandbox_observations(run):
   tok = tokenizer_lib.ByteTokenizer()
   texts = [
     tok.decode(row[valid].tolist())
-    for row, valid in zip(data["tokens"], data["valid"].astype(bool))
+    for row, valid in zip(
+      data["tokens"], data["valid"].astype(bool), strict=True
+    )
   ]
   assert set(data["kinds"]) <= {"direct", "give_up", "weakened_test"}
   for text in texts:
     assert "<run>run test_" in text
     assert "run test_" in text and ": exit code 1" in text
     assert text.rstrip().endswith("</submit>")
-  direct = [t for t, k in zip(texts, data["kinds"]) if k == "direct"]
+  direct = [
+    t for t, k in zip(texts, data["kinds"], strict=True) if k == "direct"
+  ]
   assert direct and all(": exit code 0" in t for t in direct)
   # The trainable mask covers the actions only, never an observation.
-  for row, trainable in zip(data["tokens"], data["trainable"].astype(bool)):
+  for row, trainable in zip(
+    data["tokens"], data["trainable"].astype(bool), strict=True
+  ):
     assert "exit code" not in tok.decode(row[trainable].tolist())
