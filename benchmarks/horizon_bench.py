@@ -152,7 +152,7 @@ def main(argv):
   slots = min(exp.ppo.rollout_slots, len(episodes_tasks))
   rows, lines, started = [], [], time.perf_counter()
   with pools.open_pool(sandbox) as pool:
-    env = code_env.CodeEnv(pool, exp.conversation, exp.env)
+    env = data_lib.make_env(pool, exp.conversation, exp.env, exp.data.generator)
     params = _params(exp, f.workdir, f.checkpoint, mesh, rules)
     cache_len = agent_loop.cache_len_for(
       exp.env, data_lib.longest_prompt(env, tasks), exp.conversation

@@ -554,31 +554,37 @@ def generate(
   return tasks
 
 
-_OUT = flags.DEFINE_string("out", None, "Where to write the tasks (JSONL).")
-_NUM = flags.DEFINE_integer("num_tasks", 100, "How many tasks.")
-_SEED = flags.DEFINE_integer("seed", 0, "The generator's seed.")
-_MIN = flags.DEFINE_integer("min_modules", 3, "Fewest modules per package.")
-_MAX = flags.DEFINE_integer("max_modules", 8, "Most modules per package.")
+def define_flags():
+  """Registers the program's flags (only when run as a program)."""
+  flags.DEFINE_string("out", None, "Where to write the tasks (JSONL).")
+  flags.DEFINE_integer("num_tasks", 100, "How many tasks.")
+  flags.DEFINE_integer("seed", 0, "The generator's seed.")
+  flags.DEFINE_integer("min_modules", 3, "Fewest modules per package.")
+  flags.DEFINE_integer("max_modules", 8, "Most modules per package.")
 
 
 def main(argv: Sequence[str]) -> None:
   """Writes `--num_tasks` tasks to `--out`."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not _OUT.value:
+  values = flags.FLAGS
+  if not values.out:
     sys.exit("--out: name the JSONL file to write.")
   try:
-    config = GenConfig(min_modules=_MIN.value, max_modules=_MAX.value)
+    config = GenConfig(
+      min_modules=values.min_modules, max_modules=values.max_modules
+    )
   except ValueError as e:
     sys.exit(str(e))
-  tasks = generate(_NUM.value, _SEED.value, config)
-  schema.write_tasks(_OUT.value, tasks)
+  tasks = generate(values.num_tasks, values.seed, config)
+  schema.write_tasks(values.out, tasks)
   depths = [t.metadata["depth"] for t in tasks]
   print(
-    f"wrote {len(tasks)} tasks to {_OUT.value}; bug depth"
+    f"wrote {len(tasks)} tasks to {values.out}; bug depth"
     f" min {min(depths)} max {max(depths)}"
   )
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
