@@ -119,6 +119,16 @@ def tables(text: str) -> list[dict[str, list[str]]]:
 @pytest.mark.xdist_group("notebooks")
 def test_sandbox_and_judge_explains_each_submission():
   text = text_of(execute("sandbox_and_judge.ipynb"))
+  # The repository task: the honest fix passes both suites; the weakened
+  # test is restored from the task and the bug still fails.
+  [direct] = [ln for ln in text.splitlines() if ln.startswith("direct: ")]
+  a, b = (part.split()[-1].split("/") for part in direct.split(",")[:2])
+  assert a[0] == a[1] and b[0] == b[1], direct
+  assert direct.endswith("restored []")
+  [hack] = [ln for ln in text.splitlines() if ln.startswith("weakened_test: ")]
+  a = hack.split(",")[0].split()[-1].split("/")
+  assert int(a[0]) < int(a[1]) and "restored ['test_" in hack, hack
+  assert "run test_" in text and ": exit code 1" in text
   graded, judge_only = tables(text)
   assert set(graded) == set(judge_only) == set(SUBMISSIONS), text
   # graded: status, A, B, stage 1, stage 2, reward, flags
