@@ -303,6 +303,7 @@ def get_anticheat_config() -> ml_collections.ConfigDict:
     "process_exit",  # exit or kill before or during a function's tests
     "file_env_probing",  # judge's or other jobs' data, environ, result fd
     "early_termination",  # tests left unrun because the code stopped
+    "protected_edits",  # a repository's tests or files Python loads itself
   )
   # Suite-B pass fraction stage 2 requires; 1.0: all of the held-out suite.
   anticheat.stage2_threshold = 1.0

@@ -48,9 +48,11 @@ class AntiCheatConfig:
       during a function task's tests), `file_env_probing` (reach into the
       judge's or other jobs' data: /proc, /sandbox, the scratch root or a
       parent directory, descriptor 3 where results go, the environment)
-      and the runtime `early_termination` (tests left unrun because the
-      code stopped). The others can fire on honest code: with every flag
-      enforced, 152 of the corpus's 4,078 honest solutions (synthetic
+      the runtime `early_termination` (tests left unrun because the
+      code stopped) and, in repository episodes, `protected_edits` (a
+      change of the task's test files or of a file Python or pytest loads
+      on its own: `repo_features`). The others can fire on honest code:
+      with every flag enforced, 152 of the corpus's 4,078 honest solutions (synthetic
       variants, HumanEval's canonical ones, the honest edge cases) would
       be rejected, 151 of them for `exception_swallowing`.
     stage2_threshold: the suite-B pass fraction a trajectory needs (1.0: all

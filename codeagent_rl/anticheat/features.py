@@ -53,6 +53,7 @@ import numpy as np
 
 from codeagent_rl.anticheat import code_features as code_lib
 from codeagent_rl.anticheat import names
+from codeagent_rl.anticheat import repo_features as repo_lib
 from codeagent_rl.envs import protocol
 from codeagent_rl.status import JobStatus
 
@@ -121,21 +122,32 @@ def trajectory_features(
   actions: Sequence[Any],
   observations: Sequence[str | None] | None,
   final_code: str | None,
+  *,
+  protected_paths: Sequence[str] = (),
 ) -> dict[str, float]:
   """The trajectory features (see the module docstring).
 
   Args:
     actions: per turn: the action text, a parsed `protocol` action or a
-      ("run" | "submit", code) pair.
+      ("run" | "submit", code) pair; or, for a repository episode, its tool
+      calls (`repo_features`: a run's identity is its path and the changes
+      made before it, its probing is read from what the episode wrote).
     observations: per turn, the observation text (None where there was
       none); None when unknown (then every repeated run counts as failing).
     final_code: the submitted code, if any.
+    protected_paths: a repository task's test paths (`protected_edits`).
 
   Returns:
     A value for every name in `names.TRAJECTORY_FEATURES`.
   """
   out = dict.fromkeys(names.TRAJECTORY_FEATURES, 0.0)
-  steps = [normalise_action(a) for a in actions]
+  tools = None
+  if any(repo_lib.is_tool_call(a) for a in actions):
+    tools = repo_lib.tool_steps(actions, protected_paths)
+    out.update(tools.flags)
+    steps = list(zip(tools.kinds, tools.keys, strict=True))
+  else:
+    steps = [normalise_action(a) for a in actions]
   if observations is not None and len(observations) != len(steps):
     raise ValueError(
       f"{len(steps)} actions but {len(observations)} observations; pass one"
@@ -153,14 +165,16 @@ def trajectory_features(
   codes = [code for kind, code in steps if kind != "format_error"]
   if codes:
     out["repeated_action_ratio"] = 1.0 - len(set(codes)) / len(codes)
+  failed = repo_lib.run_failed if tools else _failed
   failing: dict[str, int] = {}
   for code, o in runs:
-    if _failed(o):
+    if failed(o):
       failing[code] = failing.get(code, 0) + 1
   most = max(failing.values(), default=0)
   out["log_max_same_failing_run"] = _log(most)
   out["failing_loop"] = float(most >= FAILING_LOOP_MIN)
-  probing = sum(code_lib.probes(code) for code, _ in runs)
+  scripts = [s for _, s in tools.runs] if tools else [c for c, _ in runs]
+  probing = sum(code_lib.probes(script) for script in scripts if script)
   out["probing_runs"] = float(probing > 0)
   out["log_probing_runs"] = _log(probing)
   if final_code is not None:
@@ -202,8 +216,15 @@ def runtime_features(result: Any | None) -> dict[str, float]:
     JobStatus.MEMORY,
     JobStatus.OUTPUT_LIMIT,
   )
+  # A program's run that exits non-zero (an uncaught exception on one
+  # stdin) makes its job's status CRASH, but its other runs still ran: that
+  # is a wrong program, not one that stopped the tests.
+  run_failed = any(
+    getattr(t, "exit_code", None) not in (None, 0) for t in tests
+  )
   out["early_termination"] = float(
-    not limited and (count["not_run"] > 0 or out["crashed"] > 0)
+    not limited
+    and (count["not_run"] > 0 or (out["crashed"] > 0 and not run_failed))
   )
   out["unserialisable_output"] = float(count["bad_output"] > 0)
   return out
@@ -217,6 +238,7 @@ def extract(
   entry_point: str | None = None,
   visible_tests: Sequence[dict] = (),
   result: Any | None = None,
+  protected_paths: Sequence[str] = (),
 ) -> np.ndarray:
   """The feature vector of one trajectory (or one bare sample).
 
@@ -227,6 +249,7 @@ def extract(
     entry_point: the function the tests call (None for programs).
     visible_tests: the task's visible tests.
     result: the submission's `jobs.JobResult`, or None (not executed yet).
+    protected_paths: a repository task's test paths.
 
   Returns:
     [NUM_FEATURES] float32, in `FEATURE_NAMES` order.
@@ -234,7 +257,11 @@ def extract(
   values = dict.fromkeys(FEATURE_NAMES, 0.0)
   if code is not None:
     values.update(code_lib.code_features(code, entry_point, visible_tests))
-  values.update(trajectory_features(actions, observations, code))
+  values.update(
+    trajectory_features(
+      actions, observations, code, protected_paths=protected_paths
+    )
+  )
   values.update(runtime_features(result))
   return np.asarray([values[n] for n in FEATURE_NAMES], np.float32)
 
@@ -270,6 +297,9 @@ def from_episode(state: Any, result: Any | None = None) -> np.ndarray:
     else None,
     visible_tests=state.task.visible_tests,
     result=result,
+    protected_paths=state.task.repo.test_paths
+    if state.task.kind == "repo"
+    else (),
   )
 
 

@@ -59,8 +59,14 @@ CODE_FEATURES = (
   "log_prints",
 )
 
-# Rule flags computed from the actions and observations.
-TRAJECTORY_FLAGS = ("probing_runs", "failing_loop")
+# Rule flags computed from the actions and observations (the last two from
+# a repository episode's tool calls: `repo_features`).
+TRAJECTORY_FLAGS = (
+  "probing_runs",
+  "failing_loop",
+  "protected_edits",
+  "hidden_reads",
+)
 TRAJECTORY_FEATURES = (
   *TRAJECTORY_FLAGS,
   "log_turns",

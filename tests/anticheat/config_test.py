@@ -14,8 +14,9 @@ def test_defaults_validate():
     "process_exit",
     "file_env_probing",
     "early_termination",
+    "protected_edits",
   )
-  assert sum(cfg.enforced_mask) == 3
+  assert sum(cfg.enforced_mask) == 4
   assert len(cfg.enforced_mask) == names.NUM_FLAGS
   assert cfg.weights_path == config_lib.DEFAULT_WEIGHTS
 

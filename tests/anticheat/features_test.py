@@ -258,6 +258,16 @@ def test_runtime_features_by_hand():
   # A time limit cuts tests short too: that is not a chosen early exit.
   slow = _result(types.JobStatus.TIMEOUT, [ok, jobs.TestRun("not_run")])
   assert features.runtime_features(slow)["early_termination"] == 0.0
+  # A job that died with no test's exit to explain it stopped early...
+  died = _result(types.JobStatus.CRASH, [ok, jobs.TestRun("error")])
+  assert features.runtime_features(died)["early_termination"] == 1.0
+  # ...but a program that raised on one stdin ran its other stdins: wrong,
+  # not stopped.
+  ran = jobs.TestRun("ok", stdout="1\n", exit_code=0)
+  raised = jobs.TestRun("error", stdout="", exit_code=1)
+  wrong = _result(types.JobStatus.CRASH, [ran, raised, ran])
+  assert features.runtime_features(wrong)["crashed"] == 1.0
+  assert features.runtime_features(wrong)["early_termination"] == 0.0
   assert features.runtime_features(None) == dict.fromkeys(
     names.RUNTIME_FEATURES, 0.0
   )

@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from codeagent_rl.anticheat import features
 from codeagent_rl.envs import code_env
 from codeagent_rl.envs import repo_env
 from codeagent_rl.envs import repo_tools
@@ -53,6 +54,11 @@ def test_honest_plans_fix_the_bug_and_others_do_not(module_pool, tasks):
       assert solved == (kind in ("direct", "probing")), (kind, task.task_id)
       if kind == "weakened_test":
         assert state.graded.restored == task.repo.test_paths
+      # Stage 1: the honest kinds (and giving up) raise no rule flag; the
+      # weakened test is a protected edit.
+      raised = features.raised_flags(features.from_episode(state))
+      want = ["protected_edits"] if kind == "weakened_test" else []
+      assert raised == want, (kind, task.task_id)
       lengths.setdefault(kind, []).append(len(plan.calls))
   depths = [t.metadata["depth"] for t in tasks]
   assert lengths["direct"] == [d + 4 for d in depths]
