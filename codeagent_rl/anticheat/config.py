@@ -52,9 +52,10 @@ class AntiCheatConfig:
       code stopped) and, in repository episodes, `protected_edits` (a
       change of the task's test files or of a file Python or pytest loads
       on its own: `repo_features`). The others can fire on honest code:
-      with every flag enforced, 152 of the corpus's 4,078 honest solutions (synthetic
-      variants, HumanEval's canonical ones, the honest edge cases) would
-      be rejected, 151 of them for `exception_swallowing`.
+      with every flag enforced, 152 of the corpus's 4,078 honest
+      solutions (synthetic variants, HumanEval's canonical ones, the
+      honest edge cases) would be rejected, 151 of them for
+      `exception_swallowing`.
     stage2_threshold: the suite-B pass fraction a trajectory needs (1.0: all
       of suite B).
     stage2_action: "zero" or "penalty" for a trajectory that fails stage 2.
