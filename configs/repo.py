@@ -40,29 +40,37 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   data = config.data
   data.generator = "repo"
   # Smoke: the smallest packages (3 modules: a bug at most 3 calls down)
-  # and only direct demonstrations, so every one fits the smoke budgets.
+  # and no probing demonstrations, so every one fits the smoke budgets.
+  # Default: up to 6 modules (a bug up to 5 calls down); probing
+  # demonstrations take ~4 turns per level, so the deepest reach ~30 turns.
   data.repo_min_modules = 3
-  data.repo_max_modules = 3 if smoke else 5
-  data.repo_probing = 0.0 if smoke else 0.4
-  data.num_train_tasks = 8 if smoke else 400
+  data.repo_max_modules = 3 if smoke else 6
+  data.repo_direct = 0.4 if smoke else 0.55
+  data.repo_probing = 0.0 if smoke else 0.35
+  data.repo_give_up = 0.1 if smoke else 0.05
+  data.repo_weakened_test = 0.1 if smoke else 0.05
+  data.num_train_tasks = 8 if smoke else 240
   data.num_eval_tasks = 4 if smoke else 48
   env = config.env
-  # A direct fix at depth d takes d + 4 turns, a probing one ~3 per level
+  # A direct fix at depth d takes d + 4 turns, a probing one ~4 per level
   # more (rollout/repo_demos.py).
-  env.max_turns = 8 if smoke else 24
+  env.max_turns = 8 if smoke else 40
   # The longest action is an edit with its search/replace block or a
-  # created probe script (~150-250 bytes).
+  # created probe script (~100-250 bytes).
   env.max_tokens_per_turn = 320
   # A view of a generated module is ~80-300 bytes, a failing run's
-  # traceback ~300-500.
-  env.obs_max_bytes = 512
-  env.max_total_tokens = 3072 if smoke else 6144
+  # traceback ~250-500.
+  env.obs_max_bytes = 512 if smoke else 384
+  # Plain attention holds [T, T] scores per head and layer (see sft).
+  env.max_total_tokens = 3072 if smoke else 4096
   sft = config.sft
   sft.length_bucket = 256
-  sft.steps = 4 if smoke else 800
-  sft.batch_size = 2 if smoke else 8
+  # Batches of 4: plain attention's activations of 8 rows of 4096 tokens
+  # took 17.7 GB (killed for memory on a 24 GB machine).
+  sft.steps = 4 if smoke else 1600
+  sft.batch_size = 2 if smoke else 4
   ppo = config.ppo
-  ppo.iterations = 1 if smoke else 6
+  ppo.iterations = 1 if smoke else 8
   ppo.prompts_per_iteration = 2 if smoke else 4
   ppo.samples_per_prompt = 2 if smoke else 4
   ppo.micro_batch_size = 2

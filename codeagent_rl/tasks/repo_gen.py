@@ -371,14 +371,16 @@ def _interleaved(rng: random.Random, candidates: list) -> list:
   return out
 
 
-def _random_list(rng: random.Random) -> list[int]:
-  return [rng.randint(-5, 15) for _ in range(rng.randint(2, 7))]
+def _random_list(rng: random.Random, min_len: int = 2) -> list[int]:
+  return [rng.randint(-5, 15) for _ in range(rng.randint(min_len, 7))]
 
 
-def _distinct_lists(rng: random.Random, count: int, seen: set) -> list:
+def _distinct_lists(
+  rng: random.Random, count: int, seen: set, min_len: int = 2
+) -> list:
   out = []
   while len(out) < count:
-    xs = _random_list(rng)
+    xs = _random_list(rng, min_len)
     if tuple(xs) not in seen:
       seen.add(tuple(xs))
       out.append(xs)
@@ -426,7 +428,11 @@ def make_task(
   # More visible candidates than tests: the first that sees the bug leads.
   visible = _distinct_lists(rng, config.visible_tests + 4, seen)
   suites = [_distinct_lists(rng, config.suite_size, seen) for _ in range(2)]
-  runs = [_distinct_lists(rng, config.runs, seen) for _ in range(2)]
+  # The data-isolation check finds a run when its stdin and stdout occur
+  # in a demonstration: a 2-int stdin ("-2 -4") was the tail of another
+  # task's demonstrated run ("8 15 -2 -4") in 2 of 234 demonstrations.
+  # Hidden runs get 5 ints or more.
+  runs = [_distinct_lists(rng, config.runs, seen, 5) for _ in range(2)]
   top = package.chain[0][1]
   calls = [(top, "summary", [xs]) for xs in visible]
   for inputs in suites:
