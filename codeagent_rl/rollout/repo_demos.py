@@ -165,12 +165,13 @@ def plan(task: schema.Task, kind: str, rng: random.Random) -> RepoPlan:
     calls += [("view", {"path": path}) for path, _, _ in shown]
   elif kind == "weakened_test":
     source = task.repo.start[test]
-    line = next(ln for ln in source.split("\n") if "assert got ==" in ln)
-    calls += [
-      ("view", {"path": test}),
-      ("edit", {"path": test, "search": line, "replace": "    assert True"}),
-      ("run", {"path": test}),
-    ]
+    lines = source.split("\n")
+    # The first failing assertion; two tests may expect the same value, so
+    # the edit takes the context that makes its search text unique.
+    at = next(i for i, ln in enumerate(lines) if "assert got ==" in ln)
+    weakened = "\n".join([*lines[:at], "    assert True", *lines[at + 1 :]])
+    edit = {**fix_edit(source, weakened), "path": test}
+    calls += [("view", {"path": test}), ("edit", edit), ("run", {"path": test})]
   else:
     raise ValueError(f"kind: {kind!r} is not one of {PLAN_KINDS}.")
   calls.append(("submit", {}))
