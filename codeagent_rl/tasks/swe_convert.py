@@ -39,8 +39,10 @@ int; as with `==`, a float equal to an expected int passes
 
 Checks. With a sandbox pool (the CLI's default; `--norun_checks` runs
 nothing) the reference must pass every test and the start fail at least
-one FAIL_TO_PASS test (`repo_judge.run_tests`, judged by
-`judge.judge_test`), else the record is skipped.
+one FAIL_TO_PASS test (`repo_judge.PendingTests`, judged by
+`judge.judge_test`), else the record is skipped. A job the sandbox itself
+failed is resubmitted once; if it fails again the record is skipped under
+its own reason, never as code that fails its tests.
 
 Why not the pytest tests themselves: pytest runs them in the interpreter
 of the code under test, which can forge the outcome (`sys.settrace`
@@ -74,6 +76,7 @@ from typing import Any
 from absl import app
 from absl import flags
 
+from codeagent_rl import status as status_lib
 from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
@@ -92,6 +95,8 @@ F2P, P2P = "FAIL_TO_PASS", "PASS_TO_PASS"
 TEXT_FIELDS = ("instance_id", "problem_statement", "patch", "test_patch")
 REQUIRED = (*TEXT_FIELDS, "files", F2P, P2P)
 GIT_TIMEOUT_S = 60
+# Resubmissions of a check job the sandbox failed (as the environment's).
+SANDBOX_RETRIES = 1
 ConvertError = records.ConvertError
 
 
@@ -299,17 +304,28 @@ def draft_task(record: Any) -> tuple[schema.Task, tuple[dict, ...]]:
   return task, tuple(f2p)
 
 
-def check_task(pool: Any, task: schema.Task, f2p: tuple) -> schema.Task:
+def check_task(
+  pool: Any, task: schema.Task, f2p: tuple, retries: int = SANDBOX_RETRIES
+) -> schema.Task:
   """`task` once its reference passes and its start fails in `pool`.
 
+  A job the sandbox failed (not the code) is resubmitted up to `retries`
+  times; one that still fails is a skip of its own, never a verdict on the
+  record's code.
+
   Raises:
-    NotConverted: the reference fails a test, or the start passes every
-      FAIL_TO_PASS test (`f2p`).
+    NotConverted: the reference fails a test, the start passes every
+      FAIL_TO_PASS test (`f2p`), or the sandbox kept failing.
   """
   config = judge.task_config(task, judge.JudgeConfig())
 
   def verdicts(tests, workspace):
-    result = repo_judge.run_tests(pool, task, tests, workspace)
+    pending = repo_judge.PendingTests(pool, task, tests, workspace)
+    result = pending.result(retries)
+    if result.status == status_lib.JobStatus.SANDBOX_ERROR:
+      raise NotConverted(
+        "check: the sandbox failed (convert the record again)", result.reason
+      )
     return [
       judge.judge_test(task.kind, test, run, config)
       for test, run in zip(tests, result.tests, strict=True)

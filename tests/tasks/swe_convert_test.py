@@ -5,6 +5,7 @@ are real git diffs made here with difflib and applied by `git apply`. The
 converted tasks are graded in the process sandbox (`module_pool`).
 """
 
+import concurrent.futures
 import difflib
 import json
 import pathlib
@@ -14,6 +15,7 @@ import tempfile
 
 import pytest
 
+from codeagent_rl.sandbox import jobs
 from codeagent_rl.tasks import judge
 from codeagent_rl.tasks import repo_judge
 from codeagent_rl.tasks import schema
@@ -563,6 +565,48 @@ def test_the_sandbox_checks_skip_a_gold_patch_that_fixes_nothing(
   )
   unchecked = swe_convert.convert(src, str(tmp_path / "o.jsonl"))
   assert unchecked.written == 2
+
+
+class _FailingSandbox:
+  """A pool whose first `failures` jobs come back as sandbox errors."""
+
+  def __init__(self, pool, failures):
+    self.pool, self.failures, self.submitted = pool, failures, 0
+    self.parallelism = pool.parallelism
+
+  def submit(self, job):
+    self.submitted += 1
+    if self.submitted <= self.failures:
+      future = concurrent.futures.Future()
+      future.set_result(jobs.sandbox_error_result(job, "runsc died", 0.0))
+      return future
+    return self.pool.submit(job)
+
+
+def test_a_sandbox_failure_is_retried_and_never_read_as_failing_code(
+  tmp_path, module_pool
+):
+  src = _write(tmp_path / "in.jsonl", [_record()])
+  # One failure: the retry passes the checks.
+  flaky = _FailingSandbox(module_pool, 1)
+  report = swe_convert.convert(src, str(tmp_path / "a.jsonl"), pool=flaky)
+  assert report.written == 1 and report.checks == {"passed": 1}
+  # The sandbox keeps failing: a skip that says so, not "the reference
+  # fails a test" (the record's code never ran).
+  dead = _FailingSandbox(module_pool, 10**6)
+  report = swe_convert.convert(src, str(tmp_path / "b.jsonl"), pool=dead)
+  assert report.written == 0
+  assert report.skip_reasons == {
+    "check: the sandbox failed (convert the record again)": 1
+  }
+  assert "runsc died" in report.problems[0]
+  # Without retries, one failure is enough to skip.
+  task, f2p = swe_convert.draft_task(_record())
+  with pytest.raises(swe_convert.NotConverted, match="sandbox failed"):
+    swe_convert.check_task(_FailingSandbox(module_pool, 1), task, f2p, 0)
+  assert swe_convert.check_task(module_pool, task, f2p, 0).metadata[
+    "checks"
+  ] == ("passed")
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
