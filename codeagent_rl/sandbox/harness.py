@@ -274,8 +274,10 @@ def make_launcher(config: config_lib.SandboxConfig):
       " gives its fleet."
     )
   if config.backend == "process":
-    logging.warning(PROCESS_BACKEND_WARNING)
+    # The banner once, on stderr (a notebook shows it; absl's log may not
+    # reach the console), and a short line in the log files.
     print(PROCESS_BACKEND_WARNING, file=sys.stderr)
+    logging.warning("--sandbox_backend=process: no isolation (banner above).")
     return worker.ProcessLauncher(config)
   return gvisor.GVisorLauncher(config)
 

@@ -633,6 +633,8 @@ def test_cli(tmp_path):
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
   assert summary["checks"] == {"passed": 1}
   assert f"swe_convert: skipped {src}:2: patch: does not apply" in proc.stderr
+  # The process backend's banner once (absl's log reaches stderr here).
+  assert proc.stderr.count("NO isolation") == 1
   assert len(schema.read_tasks(out)) == 1
 
   none = _write(tmp_path / "none.jsonl", [_record(patch="not a diff\n")])
