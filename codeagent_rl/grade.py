@@ -122,12 +122,7 @@ def define_flags() -> None:
   flags.DEFINE_string(
     "task_id", None, "With --code_file: the task of --tasks to grade against."
   )
-  flags.DEFINE_enum(
-    "backend",
-    None,
-    config_lib.BACKENDS,
-    "Sandbox backend; short for --sandbox_backend (default: gvisor).",
-  )
+  harness.define_backend_flag()
   config_flags.DEFINE_config_file(
     "config",
     None,

@@ -177,6 +177,21 @@ def define_flags(
       _define(*spec, flag_values)
 
 
+def define_backend_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Registers `--backend`, a tool's short form of `--sandbox_backend`.
+
+  Read it with `config_from_cli_flags`, which refuses the two flags when
+  they disagree.
+  """
+  flags.DEFINE_enum(
+    "backend",
+    None,
+    config_lib.BACKENDS,
+    "Sandbox backend; short for --sandbox_backend (default: gvisor).",
+    flag_values=flag_values,
+  )
+
+
 PROCESS_BACKEND_WARNING = """
 ************************************************************************
 WARNING: --sandbox_backend=process runs untrusted code as plain host

@@ -50,7 +50,6 @@ from absl import app
 from absl import flags
 
 from codeagent_rl import status as status_lib
-from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
@@ -393,12 +392,7 @@ def define_flags() -> None:
   """Registers the program's flags, the sandbox's included."""
   flags.DEFINE_string("tasks", None, "Task file to audit (JSONL).")
   flags.DEFINE_string("json", None, "Also write the report here (JSON).")
-  flags.DEFINE_enum(
-    "backend",
-    None,
-    config_lib.BACKENDS,
-    "Sandbox backend; short for --sandbox_backend (default: gvisor).",
-  )
+  harness.define_backend_flag()
   harness.define_flags(limits=True)
   flags.mark_flags_as_required(["tasks"])
 

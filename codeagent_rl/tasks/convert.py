@@ -80,7 +80,6 @@ import uuid
 from absl import app
 from absl import flags
 
-from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import pools
@@ -444,12 +443,7 @@ def define_flags() -> None:
     " from it where a source has one test set; --norun_references starts no"
     " sandbox (not for humaneval).",
   )
-  flags.DEFINE_enum(
-    "backend",
-    None,
-    config_lib.BACKENDS,
-    "Sandbox backend; short for --sandbox_backend (default: gvisor).",
-  )
+  harness.define_backend_flag()
   harness.define_flags(limits=True)
   flags.mark_flags_as_required(["format", "input", "out"])
 

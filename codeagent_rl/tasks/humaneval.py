@@ -455,12 +455,7 @@ def body_completion(problem: dict, body: str) -> str:
 def define_flags() -> None:
   """Registers the program's flags, the sandbox's included."""
   flags.DEFINE_string("out", None, "Where to write the tasks (JSONL).")
-  flags.DEFINE_enum(
-    "backend",
-    None,
-    config_lib.BACKENDS,
-    "Sandbox backend; short for --sandbox_backend (default: gvisor).",
-  )
+  harness.define_backend_flag()
   flags.DEFINE_integer("seed", 0, "Seed of the suite-B mutations.")
   flags.DEFINE_list(
     "task_ids", None, "Problems to convert, e.g. HumanEval/0 (default: all)."

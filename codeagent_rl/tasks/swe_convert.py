@@ -77,7 +77,6 @@ from absl import app
 from absl import flags
 
 from codeagent_rl import status as status_lib
-from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import pools
@@ -474,12 +473,7 @@ def define_flags() -> None:
     "Check in the sandbox that each reference passes its tests and each"
     " start fails a FAIL_TO_PASS test; --norun_checks starts no sandbox.",
   )
-  flags.DEFINE_enum(
-    "backend",
-    None,
-    config_lib.BACKENDS,
-    "Sandbox backend; short for --sandbox_backend (default: gvisor).",
-  )
+  harness.define_backend_flag()
   harness.define_flags(limits=True)
   flags.mark_flags_as_required(["input", "out"])
 

@@ -52,7 +52,6 @@ from typing import Any
 from absl import app
 from absl import flags
 
-from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
@@ -266,12 +265,7 @@ def define_flags() -> None:
   flags.DEFINE_string("out", None, "Where to write the tasks (JSONL).")
   flags.DEFINE_integer("per_task", 100, "Most generated tests per task.")
   flags.DEFINE_integer("seed", 0, "Seed of the draws and mutations.")
-  flags.DEFINE_enum(
-    "backend",
-    None,
-    config_lib.BACKENDS,
-    "Sandbox backend; short for --sandbox_backend (default: gvisor).",
-  )
+  harness.define_backend_flag()
   harness.define_flags(limits=True)
   flags.mark_flags_as_required(["tasks", "out"])
 
