@@ -74,7 +74,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, ClassVar
 import uuid
 
 from absl import app
@@ -135,8 +135,37 @@ class ConvertConfig:
     return dataclasses.replace(self.augment, max_tests=self.max_tests)
 
 
+class CountsReport:
+  """The text and JSON of a conversion's report.
+
+  For a dataclass with `read`, `written`, `problems` and per-reason
+  counters; `TOOL` names the program, `SECTIONS` the counters printed
+  (title, attribute), in order.
+  """
+
+  TOOL: ClassVar[str]
+  SECTIONS: ClassVar[tuple[tuple[str, str], ...]]
+
+  def to_json(self) -> dict:
+    """JSON-safe dict (without the messages)."""
+    out = dataclasses.asdict(self)
+    del out["problems"]
+    return out
+
+  def lines(self) -> list[str]:
+    """The report as text, one line each."""
+    lines = [
+      f"{self.TOOL}: read {self.read} records, wrote {self.written} tasks,"
+      f" skipped {self.read - self.written}"
+    ]
+    for title, name in self.SECTIONS:
+      counts = getattr(self, name)
+      lines += [f"  {title} {key}: {n}" for key, n in counts.items()]
+    return lines
+
+
 @dataclasses.dataclass(frozen=True)
-class Report:
+class Report(CountsReport):
   """What a conversion did.
 
   Attributes:
@@ -162,26 +191,13 @@ class Report:
   references: dict[str, int]
   problems: tuple[str, ...]
 
-  def to_json(self) -> dict:
-    """JSON-safe dict (without the messages)."""
-    out = dataclasses.asdict(self)
-    del out["problems"]
-    return out
-
-  def lines(self) -> list[str]:
-    """The report as text, one line each."""
-    lines = [
-      f"convert: read {self.read} records, wrote {self.written} tasks,"
-      f" skipped {self.skipped}"
-    ]
-    for title, counts in (
-      ("skipped", self.skip_reasons),
-      ("tests dropped", self.dropped_tests),
-      ("suite B from", self.suite_b),
-      ("references", self.references),
-    ):
-      lines += [f"  {title} {key}: {n}" for key, n in counts.items()]
-    return lines
+  TOOL = "convert"
+  SECTIONS = (
+    ("skipped", "skip_reasons"),
+    ("tests dropped", "dropped_tests"),
+    ("suite B from", "suite_b"),
+    ("references", "references"),
+  )
 
 
 class _Tally:

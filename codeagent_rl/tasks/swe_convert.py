@@ -346,7 +346,7 @@ def check_task(
 
 
 @dataclasses.dataclass(frozen=True)
-class Report:
+class Report(convert_lib.CountsReport):
   """What a conversion did.
 
   Attributes:
@@ -365,25 +365,12 @@ class Report:
   checks: dict[str, int]
   problems: tuple[str, ...]
 
-  def to_json(self) -> dict:
-    """JSON-safe dict (without the messages)."""
-    out = dataclasses.asdict(self)
-    del out["problems"]
-    return out
-
-  def lines(self) -> list[str]:
-    """The report as text, one line each."""
-    lines = [
-      f"swe_convert: read {self.read} records, wrote {self.written} tasks,"
-      f" skipped {self.read - self.written}"
-    ]
-    for title, counts in (
-      ("skipped", self.skip_reasons),
-      ("tests dropped", self.dropped_tests),
-      ("checks", self.checks),
-    ):
-      lines += [f"  {title} {key}: {n}" for key, n in counts.items()]
-    return lines
+  TOOL = "swe_convert"
+  SECTIONS = (
+    ("skipped", "skip_reasons"),
+    ("tests dropped", "dropped_tests"),
+    ("checks", "checks"),
+  )
 
 
 def convert(
