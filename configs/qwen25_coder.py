@@ -86,6 +86,11 @@ def get_qwen25_coder_config(
   # Positions per log-prob chunk: the [B, T, 151936] float32 logits are
   # never held whole (5 GB per 8k-token row); see configs/hf.py.
   model.logits_chunk = 512
+  # Whole-row passes attend in chunks of 512 once rows are longer: the
+  # plain [T, T] scores are ~3.8 GB per row and layer at 8k tokens in
+  # float32 (models/attention.py); shorter rows attend plainly.
+  model.attention = "auto"
+  model.attention_chunk = 512
   config.model = model
 
   config.lock()

@@ -173,6 +173,10 @@ def get_model_config(preset: str) -> ml_collections.ConfigDict:
   model.init_std = 0.08
   # Log-probs from all positions' logits at once: [B, T, 272] is small.
   model.logits_chunk = 0
+  # Whole-row passes attend with the [T, T] scores at once (models/
+  # attention.py); presets with long rows choose "chunked" or "auto".
+  model.attention = "plain"
+  model.attention_chunk = 512
   return model
 
 

@@ -139,6 +139,8 @@ def config_from_hf(
   param_dtype: str,
   remat: str,
   logits_chunk: int = 0,
+  attention: str = "plain",
+  attention_chunk: int = 512,
 ) -> transformer.TransformerConfig:
   """Our model config for a Llama or Qwen2 `config.json`.
 
@@ -148,6 +150,9 @@ def config_from_hf(
     param_dtype: parameter dtype name.
     remat: rematerialisation policy, a key of `transformer.REMAT_POLICIES`.
     logits_chunk: positions per log-prob chunk (`TransformerConfig`).
+    attention: attention implementation of whole-row passes
+      (`TransformerConfig`).
+    attention_chunk: positions per chunk of chunked attention.
 
   Returns:
     The validated `TransformerConfig`; init_std is the checkpoint's
@@ -220,6 +225,8 @@ def config_from_hf(
     remat=remat,
     init_std=float(hf_config.get("initializer_range", 0.02)),
     logits_chunk=logits_chunk,
+    attention=attention,
+    attention_chunk=attention_chunk,
   )
 
 

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from codeagent_rl import config_utils
+from codeagent_rl.models import attention as attention_lib
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 REMAT_POLICIES = {
@@ -39,7 +40,7 @@ REMAT_POLICIES = {
 }
 # Large finite negative: a query with no visible key (a padding position)
 # gets a uniform average instead of NaN.
-_MASK_VALUE = -1e30
+_MASK_VALUE = attention_lib.MASK_VALUE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +68,12 @@ class TransformerConfig:
       are computed from hidden states (`models/token_stats.py`): the
       [B, T, V] logits are never materialised, only [B, chunk, V] at a time.
       0: all positions at once (small vocabularies).
+    attention: how a pass over whole rows (no KV cache) attends,
+      `models/attention.py`: "plain" (the [T, T] scores at once), "chunked"
+      (online softmax over chunks: memory linear in T, forward and
+      backward), "auto" (chunked when rows are longer than one chunk).
+      The cache's decode path is the same for all.
+    attention_chunk: query and key positions per chunk of "chunked".
   """
 
   vocab_size: int
@@ -85,6 +92,8 @@ class TransformerConfig:
   remat: str
   init_std: float
   logits_chunk: int = 0
+  attention: str = "plain"
+  attention_chunk: int = 512
 
   def __post_init__(self):
     for name in (
@@ -126,6 +135,20 @@ class TransformerConfig:
       raise ValueError(
         f"model.logits_chunk={self.logits_chunk!r}: must be an int >= 0"
         " (0: no chunking)."
+      )
+    if self.attention not in attention_lib.IMPLEMENTATIONS:
+      raise ValueError(
+        f"model.attention={self.attention!r}: expected one of"
+        f" {attention_lib.IMPLEMENTATIONS}."
+      )
+    if (
+      not isinstance(self.attention_chunk, int)
+      or isinstance(self.attention_chunk, bool)
+      or self.attention_chunk <= 0
+    ):
+      raise ValueError(
+        f"model.attention_chunk={self.attention_chunk!r}: must be a positive"
+        " int."
       )
     if self.rope_theta <= 0 or self.rms_eps <= 0 or self.init_std <= 0:
       raise ValueError(
@@ -385,43 +408,41 @@ class Attention(nn.Module):
     groups = cfg.num_heads // cfg.num_kv_heads
     q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)
     if layer_kv is None:
-      key_valid, key_pos = valid, positions
-      new_kv = None
-      kv_layout = "bskh"
-    else:
-      key_valid, key_pos, index = cache_meta
-      k_all = jax.lax.dynamic_update_slice(
-        layer_kv.k, k.swapaxes(1, 2).astype(layer_kv.k.dtype), (0, 0, index, 0)
-      )
-      v_all = jax.lax.dynamic_update_slice(
-        layer_kv.v, v.swapaxes(1, 2).astype(layer_kv.v.dtype), (0, 0, index, 0)
-      )
-      new_kv = LayerKV(k=k_all, v=v_all)
-      k, v = k_all.astype(cfg.jnp_dtype), v_all.astype(cfg.jnp_dtype)
-      kv_layout = "bksh"
+      out = attention_lib.attend(
+        cfg.attention, cfg.attention_chunk,
+        q, k, v, positions, positions, valid, segments,
+      )  # fmt: skip
+      out = out.reshape(b, t, cfg.num_heads, cfg.head_dim)
+      out = nn.with_logical_constraint(out, ("batch", "length", "heads", "kv"))
+      return OutProjection(cfg, name="o_proj")(out), None
+    key_valid, key_pos, index = cache_meta
+    k_all = jax.lax.dynamic_update_slice(
+      layer_kv.k, k.swapaxes(1, 2).astype(layer_kv.k.dtype), (0, 0, index, 0)
+    )
+    v_all = jax.lax.dynamic_update_slice(
+      layer_kv.v, v.swapaxes(1, 2).astype(layer_kv.v.dtype), (0, 0, index, 0)
+    )
+    new_kv = LayerKV(k=k_all, v=v_all)
+    k, v = k_all.astype(cfg.jnp_dtype), v_all.astype(cfg.jnp_dtype)
     # A decode step (one new token against the cache) multiplies and sums
     # by broadcasting: XLA's CPU dot over [B, K] batches of [G, H] x [S, H]
     # was 2.8x slower at B=32, S=832 (measured); same values.
-    step = layer_kv is not None and t == 1
+    step = t == 1
     if step:
       logits = jnp.sum(q[:, 0, :, :, None, :] * k[:, :, None], axis=-1)
       logits = logits[:, :, :, None].astype(jnp.float32)
     else:
-      logits = jnp.einsum(f"btkgh,{kv_layout}->bkgts", q, k)
+      logits = jnp.einsum("btkgh,bksh->bkgts", q, k)
       logits = logits.astype(jnp.float32)
     logits = logits / jnp.sqrt(jnp.float32(cfg.head_dim))
-    visible = key_valid[:, None, :] & (
-      key_pos[:, None, :] <= positions[:, :, None]
-    )  # [B, T, S]
-    if segments is not None:
-      visible &= segments[:, None, :] == segments[:, :, None]
+    visible = attention_lib.visible(positions, key_pos, key_valid)
     logits = jnp.where(visible[:, None, None], logits, _MASK_VALUE)
     probs = jax.nn.softmax(logits, axis=-1).astype(cfg.jnp_dtype)
     if step:
       out = jnp.sum(probs[:, :, :, 0, :, None] * v[:, :, None], axis=-2)
       out = out[:, None]
     else:
-      out = jnp.einsum(f"bkgts,{kv_layout}->btkgh", probs, v)
+      out = jnp.einsum("bkgts,bksh->btkgh", probs, v)
     out = out.reshape(b, t, cfg.num_heads, cfg.head_dim)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads", "kv"))
     out = OutProjection(cfg, name="o_proj")(out)

@@ -59,6 +59,8 @@ _CRITIC_FIELDS = ("checkpoint_dir", "privileged", "privileged_max_tokens")
 PRIVILEGED = ("none", "tests")
 # Fields of config.model that a Hugging Face checkpoint does not fix.
 HF_FREE_MODEL_FIELDS = ("dtype", "param_dtype", "remat", "logits_chunk")
+# Fields a checkpoint does not fix either, with defaults when left out.
+HF_OPTIONAL_MODEL_FIELDS = ("attention", "attention_chunk")
 
 
 def _hf_checkpoint_dir(config: ml_collections.ConfigDict) -> str | None:
@@ -85,7 +87,7 @@ def _model(
   """
   fields = dict(section)
   if hf_dir is None:
-    if set(fields) <= set(HF_FREE_MODEL_FIELDS):
+    if set(fields) <= set(HF_FREE_MODEL_FIELDS + HF_OPTIONAL_MODEL_FIELDS):
       raise ValueError(
         "config.hf_checkpoint_dir is not set; this config takes the model"
         " from a checkpoint: pass --config.hf_checkpoint_dir=DIR (the local"
@@ -103,14 +105,15 @@ def _model(
   if unknown:
     raise ValueError(f"config.model: unknown fields {unknown}.")
   try:
+    free = HF_FREE_MODEL_FIELDS + HF_OPTIONAL_MODEL_FIELDS
     model = hf_import.config_from_hf(
       hf_import.read_hf_config(hf_dir),
-      **{f: fields[f] for f in HF_FREE_MODEL_FIELDS},
+      **{f: fields[f] for f in free if f in fields},
     )
   except (OSError, ValueError) as e:
     raise ValueError(f"config.hf_checkpoint_dir={hf_dir!r}: {e}") from None
   for name, value in fields.items():
-    if name not in HF_FREE_MODEL_FIELDS and value != getattr(model, name):
+    if name not in free and value != getattr(model, name):
       raise ValueError(
         f"config.model.{name}={value!r} but {hf_dir}/config.json gives"
         f" {getattr(model, name)!r}; the checkpoint decides it (drop the"
@@ -232,7 +235,10 @@ def _critic_checkpoint(
   try:
     critic = hf_import.config_from_hf(
       hf_import.read_hf_config(path),
-      **{f: getattr(model, f) for f in HF_FREE_MODEL_FIELDS},
+      **{
+        f: getattr(model, f)
+        for f in HF_FREE_MODEL_FIELDS + HF_OPTIONAL_MODEL_FIELDS
+      },
     )
     theirs = chat_template.vocabulary(path)
     ours = chat_template.vocabulary(hf_dir)

@@ -434,6 +434,8 @@ def test_qwen_configs_have_published_sizes(module, hf_json, published):
     param_dtype=cfg.param_dtype,
     remat=cfg.remat,
     logits_chunk=cfg.logits_chunk,
+    attention=cfg.attention,
+    attention_chunk=cfg.attention_chunk,
   )
   assert from_json == cfg
   assert abs(cfg.num_params() - published) / published < 0.01
