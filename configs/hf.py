@@ -68,6 +68,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # a time (a whole 8k-token row at V=151936 is 5 GB, twice that with the
   # backward pass). The smoke preset chunks too, so the tests run that path.
   config.model.logits_chunk = 16 if smoke else 512
+  # Whole-row passes attend in chunks once rows are longer than one
+  # (models/attention.py: memory linear in T; the plain [T, T] scores of an
+  # 8k row are ~3.8 GB per layer in float32). The smoke preset chunks at
+  # 16, so the tests run that path.
+  config.model.attention = "auto"
+  config.model.attention_chunk = 16 if smoke else 512
   config.mesh = common.get_mesh_config()
   # The recipe's 1e-6 actor / 5e-6 critic rates for pretrained models.
   config.optim = common.get_optim_config()

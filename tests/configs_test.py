@@ -51,7 +51,7 @@ def test_config_loads_and_validates(name):
     assert rl.advantage.estimator in ("gae", "grpo", "dr_grpo", "rloo")
     for section, cls in SECTIONS.items():
       if section == "model" and set(config.model) <= set(
-        experiment.HF_FREE_MODEL_FIELDS
+        experiment.HF_FREE_MODEL_FIELDS + experiment.HF_OPTIONAL_MODEL_FIELDS
       ):
         continue  # the architecture comes from the checkpoint's config.json
       if section in config:

@@ -82,8 +82,9 @@ def _model(
 ) -> transformer.TransformerConfig:
   """`config.model`, its architecture from the checkpoint when there is one.
 
-  With a checkpoint, the section holds `HF_FREE_MODEL_FIELDS`; any other
-  field it names must equal what the checkpoint's config.json says.
+  With a checkpoint, the section holds `HF_FREE_MODEL_FIELDS` and may hold
+  `HF_OPTIONAL_MODEL_FIELDS`; any other field it names must equal what the
+  checkpoint's config.json says.
   """
   fields = dict(section)
   if hf_dir is None:
