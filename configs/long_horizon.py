@@ -36,6 +36,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.unlock()
   config.preset = f"long_horizon:{arg or 'default'}"
   del algo, seed  # applied by tiny.get_config
+  # Rows of up to thousands of tokens attend in chunks of 512 (models/
+  # attention.py): memory linear in T, and on this 2-core CPU the tiny
+  # model's train step ran 2.8x faster at 2k tokens and 4.6x at 8k
+  # (benchmarks/attention_bench.py); rows of 512 or fewer attend plainly.
+  config.model.attention = "auto"
   env = config.env
   # A probe and its answer are ~45 byte tokens; 64 turns is room for the
   # longest demonstrated scan (60 probes) and a submit. Smoke: room for a

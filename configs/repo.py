@@ -37,6 +37,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.unlock()
   config.preset = f"repo:{arg or 'default'}"
   del algo, seed  # applied by tiny.get_config
+  # Rows of up to thousands of tokens attend in chunks of 512 (models/
+  # attention.py): memory linear in T, and on this 2-core CPU the tiny
+  # model's train step ran 2.8x faster at 2k tokens and 4.6x at 8k
+  # (benchmarks/attention_bench.py); rows of 512 or fewer attend plainly.
+  config.model.attention = "auto"
   data = config.data
   data.generator = "repo"
   # Smoke: the smallest packages (3 modules: a bug at most 3 calls down)
@@ -61,12 +66,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # A view of a generated module is ~80-300 bytes, a failing run's
   # traceback ~250-500.
   env.obs_max_bytes = 512 if smoke else 384
-  # Plain attention holds [T, T] scores per head and layer (see sft).
+  # Episodes of up to 4,096 tokens: p50 1,563 (direct), max 4,028.
   env.max_total_tokens = 3072 if smoke else 4096
   sft = config.sft
   sft.length_bucket = 256
-  # Batches of 4: plain attention's activations of 8 rows of 4096 tokens
-  # took 17.7 GB (killed for memory on a 24 GB machine).
+  # Batches of 4: with plain attention, 8 rows of 4096 tokens took 17.7 GB
+  # (killed for memory on a 24 GB machine); chunked attention (above) plans
+  # far less, but 8 rows were not measured again.
   sft.steps = 4 if smoke else 1600
   sft.batch_size = 2 if smoke else 4
   ppo = config.ppo
