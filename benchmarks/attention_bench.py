@@ -304,7 +304,9 @@ def main(argv) -> None:
     sys.exit("--lengths, --speed_lengths, --chunk, --repeats: must be >= 1.")
   out = {
     "date": datetime.date.today().isoformat(),
-    "command": " ".join(["python -m benchmarks.attention_bench", *argv[1:]]),
+    "command": " ".join(
+      ["python -m benchmarks.attention_bench", *sys.argv[1:]]
+    ),
     "settings": {
       "lengths": lengths,
       "speed_lengths": speed_lengths,
