@@ -70,6 +70,9 @@ def define_flags() -> None:
     "layers", 24, "Layers the memory part extrapolates to (the 0.5B: 24)."
   )
   flags.DEFINE_list(
+    "passes", list(PASSES), f"Programs of the memory part, of {PASSES}."
+  )
+  flags.DEFINE_list(
     "speed_lengths", ["2048", "8192"], "Row lengths of the speed part."
   )
   flags.DEFINE_integer("repeats", 3, "Timed steps per variant (median).")
@@ -150,7 +153,7 @@ def compiled_bytes(cfg, which: str, t: int) -> int:
   return int(total)
 
 
-def memory_rows(lengths, remats, layers, chunk, quick) -> list[dict]:
+def memory_rows(lengths, remats, passes, layers, chunk, quick) -> list[dict]:
   """One row per length x attention x remat x pass (see the docstring)."""
   base = transformer.TransformerConfig.from_config(
     qwen25_coder_0p5b.get_config().model
@@ -164,7 +167,7 @@ def memory_rows(lengths, remats, layers, chunk, quick) -> list[dict]:
   for t in lengths:
     for attention in ATTENTIONS:
       for remat in remats:
-        for which in PASSES:
+        for which in passes:
           points = {}
           start = time.perf_counter()
           for n in (1, 2):
@@ -302,6 +305,9 @@ def main(argv) -> None:
   chunk = 64 if FLAGS.quick else FLAGS.chunk
   if min(lengths + speed_lengths) < 1 or chunk < 1 or FLAGS.repeats < 1:
     sys.exit("--lengths, --speed_lengths, --chunk, --repeats: must be >= 1.")
+  unknown = sorted(set(FLAGS.passes) - set(PASSES))
+  if unknown or not FLAGS.passes:
+    sys.exit(f"--passes={','.join(FLAGS.passes)}: expected some of {PASSES}.")
   out = {
     "date": datetime.date.today().isoformat(),
     "command": " ".join(
@@ -319,7 +325,7 @@ def main(argv) -> None:
   if FLAGS.part in ("all", "memory"):
     print("length attention remat         pass  GiB/layer  GiB@layers")
     out["memory"] = memory_rows(
-      lengths, remats, FLAGS.layers, chunk, FLAGS.quick
+      lengths, remats, FLAGS.passes, FLAGS.layers, chunk, FLAGS.quick
     )
   if FLAGS.part in ("all", "speed"):
     out["speed"] = speed_rows(speed_lengths, chunk, FLAGS.repeats)

@@ -74,9 +74,7 @@ def _qkv(b, t, kv_heads, groups, h, rng, dtype=jnp.float32):
 @pytest.mark.parametrize(
   "kind", ["causal", "right_padded", "left_padded", "packed", "blind_row"]
 )
-@pytest.mark.parametrize(
-  "t,chunk,groups", [(37, 8, 3), (32, 8, 1), (5, 8, 2)]
-)
+@pytest.mark.parametrize("t,chunk,groups", [(37, 8, 3), (32, 8, 1), (5, 8, 2)])
 def test_chunked_equals_plain_forward_and_gradient(kind, t, chunk, groups):
   rng = np.random.default_rng(t * 7 + groups)
   b, kv_heads, h = 3, 2, 8
