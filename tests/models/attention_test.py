@@ -179,7 +179,8 @@ def test_the_models_logits_and_gradients_are_the_same(remat):
     logp = jax.nn.log_softmax(logits)
     return jnp.sum(jnp.where(valid[..., None], logp, 0.0) * 0.01)
 
-  for kind in ("chunked", "auto"):
+  # ("auto" is "chunked" at these lengths: `choose` is tested above.)
+  for kind in ("chunked",):
     model = tf.Actor(_cfg(kind, remat=remat))
     np.testing.assert_allclose(
       model.apply({"params": params}, tokens, pos, valid)[0],
