@@ -1,8 +1,9 @@
 """Self-attention without a cache: plain, or chunked in O(T) memory.
 
 `attend` is what the transformer calls for a pass over whole rows (the
-training, log-prob and value passes; the sampler's decode steps use the KV
-cache path in `transformer.Attention`, unchanged). Masking is the
+training, log-prob and value passes); a prefill of many tokens into the KV
+cache calls `chunked` with the cache's slots as keys; decode steps (one
+token against the cache) stay in `transformer.Attention`. Masking is the
 transformer's: query q sees key k when k is valid, position(k) <=
 position(q) and, for packed rows, both are in the same segment. A query
 that sees no key (padding) averages every key uniformly in both

@@ -300,3 +300,35 @@ def test_the_chunked_backward_plans_memory_linear_in_length():
   assert plain[1] / plain[0] > 12
   assert chunked[1] / chunked[0] < 5
   assert chunked[1] < plain[1] / 8
+
+
+def test_a_chunked_prefill_into_the_cache_equals_the_plain_one():
+  """Prefill pieces longer than a chunk, then decode steps: same logits."""
+  tokens, valid = _rows(3)
+  valid = valid.at[1, :4].set(False)  # a left-padded row too
+  pos = tf.positions_from_valid(valid)
+  plain_model = tf.Actor(_cfg("plain"))
+  params = plain_model.init(jax.random.key(4), tokens, pos, valid)
+  outs = {}
+  for kind in ("plain", "chunked"):
+    model = tf.Actor(_cfg(kind))
+    cache = tf.init_cache(model.config, tokens.shape[0], T + 4)
+    apply = jax.jit(model.apply)
+    got = []
+    # 13 tokens (two chunks of 8 against the cache), then 10, then 1.
+    for start, end in [(0, 13), (13, 23), (23, 24)]:
+      out, cache = apply(
+        params, tokens[:, start:end], pos[:, start:end], valid[:, start:end],
+        cache,
+      )  # fmt: skip
+      got.append(out)
+    outs[kind] = jnp.concatenate(got, 1)
+  full, _ = plain_model.apply(params, tokens, pos, valid)
+  mask = np.asarray(valid)
+  np.testing.assert_allclose(
+    np.asarray(outs["chunked"])[mask], np.asarray(outs["plain"])[mask],
+    atol=2e-5,
+  )  # fmt: skip
+  np.testing.assert_allclose(
+    np.asarray(outs["chunked"])[mask], np.asarray(full)[mask], atol=2e-5
+  )
