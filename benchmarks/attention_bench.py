@@ -87,6 +87,19 @@ def _rl():
   return experiment.Experiment.from_config(qwen25_coder_0p5b.get_config()).rl
 
 
+def _actor_step(model, tx, rl):
+  """The actor's PPO step on one micro-batch, temperature 1, full vocab."""
+  return functools.partial(
+    steps.actor_step,
+    model=model,
+    tx=tx,
+    rl=rl,
+    temperature=1.0,
+    vocab_limit=0,
+    num_micro=1,
+  )
+
+
 def _abstract_batch(t: int) -> steps.PPOBatch:
   def spec(dtype):
     return jax.ShapeDtypeStruct((1, t), dtype)
@@ -123,15 +136,7 @@ def compiled_bytes(cfg, which: str, t: int) -> int:
   state = jax.eval_shape(init, jax.random.key(0))
   rng = jax.eval_shape(lambda: jax.random.key(0))
   if which == "actor_step":
-    fn = functools.partial(
-      steps.actor_step,
-      model=model,
-      tx=tx,
-      rl=rl,
-      temperature=1.0,
-      vocab_limit=0,
-      num_micro=1,
-    )
+    fn = _actor_step(model, tx, rl)
     lowered = jax.jit(fn, donate_argnums=0).lower(state, batch, rng)
   elif which == "critic_step":
     fn = functools.partial(
@@ -246,17 +251,7 @@ def speed_rows(lengths, chunk, repeats) -> list[dict]:
         batch.valid[:, :8],
       )["params"]
       state = state_lib.TrainState.create(sharding.unbox(params), tx)
-      fn = jax.jit(
-        functools.partial(
-          steps.actor_step,
-          model=model,
-          tx=tx,
-          rl=rl,
-          temperature=1.0,
-          vocab_limit=0,
-          num_micro=1,
-        )
-      )
+      fn = jax.jit(_actor_step(model, tx, rl))
       compiled = fn.lower(state, batch, jax.random.key(0)).compile()
       runs[attention] = (compiled, state, batch)
     times = {a: [] for a in ATTENTIONS}
