@@ -15,10 +15,15 @@ memory  XLA's compiled memory (`memory_analysis()`: arguments + outputs +
         log-prob pass, at each `--lengths` x attention ("plain",
         "chunked") x remat ("none", "full"). Compiled, never run: the
         arrays are abstract (`jax.ShapeDtypeStruct`), so no length is too
-        long for this machine. Each program is compiled at 1 and 2 layers
-        and the 24-layer figure is their line extended (the layers are
-        unrolled and alike, so memory is a + b * layers; the JSON keeps
-        both measured points).
+        long for this machine. Without remat the layers are unrolled:
+        each program is compiled at 1 and 2 layers and the 24-layer
+        figure is their line extended (memory is a + b * layers; the
+        JSON keeps both measured points). With remat the layers are one
+        `lax.scan` (see `transformer.Trunk`), so the program is compiled
+        at `--layers` itself. Each row also keeps the argument bytes
+        (parameters, optimiser state, batch), from which the JSON's
+        "actor_and_critic" rows add the other model's resident state to
+        each step: the peak of a device that holds both.
 speed   valid tokens/s of the actor's train step (forward and backward) of
         the long-horizon and repository presets' tiny model on one row of
         each `--speed_lengths`, plain against chunked, run alternately
@@ -55,7 +60,7 @@ from configs import qwen25_coder_0p5b
 
 FLAGS = flags.FLAGS
 ATTENTIONS = ("plain", "chunked")
-REMATS = ("none", "full")
+REMATS = ("none", "full", "dots_no_batch")
 PASSES = ("actor_step", "critic_step", "log_probs")
 GIB = 2**30
 
@@ -117,8 +122,8 @@ def _abstract_batch(t: int) -> steps.PPOBatch:
   )
 
 
-def compiled_bytes(cfg, which: str, t: int) -> int:
-  """Compiled memory of pass `which` for one row of `t` tokens."""
+def compiled_bytes(cfg, which: str, t: int) -> tuple[int, int]:
+  """(compiled memory, argument bytes) of pass `which`, one row of `t`."""
   rl = _rl()
   tx = optax.adamw(1e-6)
   batch = _abstract_batch(t)
@@ -155,7 +160,7 @@ def compiled_bytes(cfg, which: str, t: int) -> int:
     + mem.temp_size_in_bytes
     - mem.alias_size_in_bytes
   )
-  return int(total)
+  return int(total), int(mem.argument_size_in_bytes)
 
 
 def memory_rows(lengths, remats, passes, layers, chunk, quick) -> list[dict]:
@@ -173,9 +178,9 @@ def memory_rows(lengths, remats, passes, layers, chunk, quick) -> list[dict]:
     for attention in ATTENTIONS:
       for remat in remats:
         for which in passes:
-          points = {}
           start = time.perf_counter()
-          for n in (1, 2):
+
+          def at(n, attention=attention, remat=remat, which=which, t=t):
             cfg = dataclasses.replace(
               base,
               num_layers=n,
@@ -183,31 +188,58 @@ def memory_rows(lengths, remats, passes, layers, chunk, quick) -> list[dict]:
               attention_chunk=chunk,
               remat=remat,
             )
-            points[n] = compiled_bytes(cfg, which, t)
-          per_layer = points[2] - points[1]
-          rows.append(
-            {
-              "length": t,
-              "attention": attention,
-              "remat": remat,
-              "pass": which,
-              "bytes_1_layer": points[1],
-              "bytes_2_layers": points[2],
-              "bytes_per_layer": per_layer,
-              "layers": layers,
-              "bytes_extrapolated": points[1] + (layers - 1) * per_layer,
-              "compile_s": round(time.perf_counter() - start, 1),
-            }
-          )
-          print(_memory_line(rows[-1]), flush=True)
+            return compiled_bytes(cfg, which, t)
+
+          row = {"length": t, "attention": attention, "remat": remat}
+          row.update({"pass": which, "layers": layers})
+          if remat == "none":
+            (one, args_1), (two, args_2) = at(1), at(2)
+            per_layer = two - one
+            row.update(
+              bytes_1_layer=one,
+              bytes_2_layers=two,
+              bytes_per_layer=per_layer,
+              bytes=one + (layers - 1) * per_layer,
+              method="extended from 1 and 2 layers",
+            )
+            args = args_1 + (layers - 1) * (args_2 - args_1)
+          else:
+            total, args = at(layers)
+            row.update(bytes=total, method=f"compiled at {layers} layers")
+          row["argument_bytes"] = args
+          row["compile_s"] = round(time.perf_counter() - start, 1)
+          rows.append(row)
+          print(_memory_line(row), flush=True)
   return rows
+
+
+def both_models(rows: list[dict]) -> list[dict]:
+  """Each step's memory plus the other model's resident arguments.
+
+  A device that trains both keeps the actor's parameters and optimiser
+  state while the critic steps, and the other way round; the batch is
+  counted twice (a few MB), so the figure errs high.
+  """
+  by = {(r["length"], r["attention"], r["remat"], r["pass"]): r for r in rows}
+  out = []
+  for (t, attention, remat, which), actor in by.items():
+    critic = by.get((t, attention, remat, "critic_step"))
+    if which != "actor_step" or critic is None:
+      continue
+    peak = max(
+      actor["bytes"] + critic["argument_bytes"],
+      critic["bytes"] + actor["argument_bytes"],
+    )
+    out.append(
+      {"length": t, "attention": attention, "remat": remat, "bytes": peak}
+    )
+  return out
 
 
 def _memory_line(r: dict) -> str:
   return (
-    f"{r['length']:>6} {r['attention']:>8} {r['remat']:>5}"
-    f" {r['pass']:>12} {r['bytes_per_layer'] / GIB:9.2f}"
-    f" {r['bytes_extrapolated'] / GIB:10.2f}"
+    f"{r['length']:>6} {r['attention']:>8} {r['remat']:>13}"
+    f" {r['pass']:>12} {r['bytes'] / GIB:10.2f}   {r['method']}"
   )
 
 
@@ -296,7 +328,7 @@ def main(argv) -> None:
     sys.exit("--lengths, --speed_lengths: comma-separated integers.")
   remats = REMATS
   if FLAGS.quick:
-    lengths, speed_lengths, remats = [256], [128], ("none",)
+    lengths, speed_lengths, remats = [256], [128], ("none", "full")
   chunk = 64 if FLAGS.quick else FLAGS.chunk
   if min(lengths + speed_lengths) < 1 or chunk < 1 or FLAGS.repeats < 1:
     sys.exit("--lengths, --speed_lengths, --chunk, --repeats: must be >= 1.")
@@ -318,10 +350,17 @@ def main(argv) -> None:
     },
   }
   if FLAGS.part in ("all", "memory"):
-    print("length attention remat         pass  GiB/layer  GiB@layers")
+    print("length attention         remat         pass GiB@layers   how")
     out["memory"] = memory_rows(
       lengths, remats, FLAGS.passes, FLAGS.layers, chunk, FLAGS.quick
     )
+    out["actor_and_critic"] = both_models(out["memory"])
+    for r in out["actor_and_critic"]:
+      print(
+        f"{r['length']:>6} {r['attention']:>8} {r['remat']:>13}"
+        f"  actor+critic {r['bytes'] / GIB:10.2f}",
+        flush=True,
+      )
   if FLAGS.part in ("all", "speed"):
     out["speed"] = speed_rows(speed_lengths, chunk, FLAGS.repeats)
   if FLAGS.out:

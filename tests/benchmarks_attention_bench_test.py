@@ -2,7 +2,9 @@
 
 The equality of the two attentions and their memory scaling are tested in
 tests/models/attention_test.py; here the script's plumbing: every row,
-the line extension to the model's depth, and refused arguments.
+the line extension to the model's depth (unrolled, no remat), the
+compilation at full depth (scanned, remat), both models on one device,
+and refused arguments.
 """
 
 import json
@@ -21,25 +23,46 @@ def test_the_quick_run_writes_every_row(tmp_path):
     "--quick",
     "--repeats=1",
     "--layers=24",
-    "--passes=actor_step",
+    "--passes=actor_step,critic_step",
     f"--out={out}",
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   data = json.loads(out.read_text())
   memory = data["memory"]
-  assert [(r["attention"], r["pass"]) for r in memory] == [
-    (a, p) for a in attention_bench.ATTENTIONS for p in ("actor_step",)
+  passes = ("actor_step", "critic_step")
+  assert [(r["attention"], r["remat"], r["pass"]) for r in memory] == [
+    (a, m, p)
+    for a in attention_bench.ATTENTIONS
+    for m in ("none", "full")
+    for p in passes
   ]
   for r in memory:
-    assert r["length"] == 256 and r["remat"] == "none"
-    assert 0 < r["bytes_1_layer"] < r["bytes_2_layers"]
-    assert r["bytes_extrapolated"] == r["bytes_1_layer"] + 23 * (
-      r["bytes_2_layers"] - r["bytes_1_layer"]
-    )
-  by = {(r["attention"], r["pass"]): r for r in memory}
+    assert r["length"] == 256 and r["layers"] == 24
+    assert 0 < r["argument_bytes"] < r["bytes"]
+    if r["remat"] == "none":
+      assert 0 < r["bytes_1_layer"] < r["bytes_2_layers"]
+      assert r["bytes"] == r["bytes_1_layer"] + 23 * (
+        r["bytes_2_layers"] - r["bytes_1_layer"]
+      )
+      assert r["method"] == "extended from 1 and 2 layers"
+    else:
+      assert r["method"] == "compiled at 24 layers"
+  by = {(r["attention"], r["remat"], r["pass"]): r for r in memory}
   # Even at 4 chunks a row the chunked step plans less per layer.
-  plain, chunked = by["plain", "actor_step"], by["chunked", "actor_step"]
+  plain = by["plain", "none", "actor_step"]
+  chunked = by["chunked", "none", "actor_step"]
   assert chunked["bytes_per_layer"] < plain["bytes_per_layer"]
+  # Both models on one device: each step plus the other's resident state.
+  both = {(r["attention"], r["remat"]): r for r in data["actor_and_critic"]}
+  assert set(both) == {(a, m) for a in attention_bench.ATTENTIONS
+                       for m in ("none", "full")}  # fmt: skip
+  for (a, m), r in both.items():
+    actor, critic = by[a, m, "actor_step"], by[a, m, "critic_step"]
+    assert r["bytes"] == max(
+      actor["bytes"] + critic["argument_bytes"],
+      critic["bytes"] + actor["argument_bytes"],
+    )
+  assert "actor+critic" in proc.stdout
   speed = data["speed"]
   assert [(r["length"], r["attention"]) for r in speed] == [
     (128, "plain"),

@@ -86,9 +86,11 @@ def chunked(q, k, v, q_pos, k_pos, k_valid, q_seg=None, k_seg=None, chunk=512):
   Arguments as `plain`; `chunk` is the query and key chunk length. Rows
   are padded to a multiple of it (the padding is cut off again).
   """
-  if q_seg is None:
-    q_seg = jnp.zeros(q_pos.shape, jnp.int32)
-    k_seg = jnp.zeros(k_pos.shape, jnp.int32)
+  # Without segment ids no segment term is computed at all: a constant
+  # one would be loop-invariant inside a scan over layers, and JAX hoists
+  # such terms out of the loop by stacking every block's copy (quadratic).
+  if (q_seg is None) != (k_seg is None):
+    raise ValueError("chunked: give segment ids of both queries and keys.")
   t, s = q.shape[1], k.shape[1]
   c = min(chunk, max(t, s))
   tp, sp = -(-t // c) * c, -(-s // c) * c
@@ -97,7 +99,7 @@ def chunked(q, k, v, q_pos, k_pos, k_valid, q_seg=None, k_seg=None, chunk=512):
   q_pos, q_seg = _pad(q_pos, 1, tp), _pad(q_seg, 1, tp)
   k, v = _pad(k, 1, sp), _pad(v, 1, sp)
   k_pos, k_seg = _pad(k_pos, 1, sp), _pad(k_seg, 1, sp)
-  k_real = _pad(jnp.ones(k_valid.shape, bool), 1, sp)
+  k_real = _pad(jnp.ones(k_valid.shape, bool), 1, sp) if sp > s else None
   k_valid = _pad(k_valid.astype(bool), 1, sp)
   meta = (q_pos, q_seg, k_pos, k_seg, k_valid, k_real)
   out = _flash(c, q, k, v, meta)
@@ -122,13 +124,20 @@ def attend(implementation, chunk, q, k, v, q_pos, k_pos, k_valid, segments):
 
 
 def _pad(x, axis, size):
+  if x is None:
+    return None
   widths = [(0, 0)] * x.ndim
   widths[axis] = (0, size - x.shape[axis])
   return jnp.pad(x, widths)
 
 
 def _blocks(x, c, axis=1):
-  """Splits `axis` into [n, c] and moves n to the front (scan order)."""
+  """Splits `axis` into [n, c] and moves n to the front (scan order).
+
+  None (no segment ids) stays None.
+  """
+  if x is None:
+    return None
   shape = x.shape[:axis] + (x.shape[axis] // c, c) + x.shape[axis + 1 :]
   return jnp.moveaxis(x.reshape(shape), axis, 0)
 
@@ -147,7 +156,8 @@ def _scores(qb, kb, q_meta, k_meta):
   s = jnp.einsum("bqkgh,bskh->bkgqs", qb, kb).astype(jnp.float32) * scale
   vis = visible(q_pos, k_pos, k_valid, q_seg, k_seg)[:, None, None]
   s = jnp.where(vis, s, MASK_VALUE)
-  s = jnp.where(k_real[:, None, None, None, :], s, -jnp.inf)
+  if k_real is not None:
+    s = jnp.where(k_real[:, None, None, None, :], s, -jnp.inf)
   return s, vis
 
 
