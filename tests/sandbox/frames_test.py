@@ -140,7 +140,9 @@ def f(x):
 """
   result = run(pool, body, tests=1)
   assert result.tests[0].output == 0
-  assert result.tests[0].time_s >= 0.3, result
+  # The server's clock starts a little after the child's sleep may (a
+  # loaded machine measured 0.29987 s); the forged figure is 1e-9.
+  assert result.tests[0].time_s >= 0.25, result
   honest = run(pool, "import time\ndef f(x):\n  time.sleep(0.2)\n  return x\n")
   assert result.status == CRASH  # no "done": the forger exited
   assert honest.status == OK, honest
