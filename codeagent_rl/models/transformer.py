@@ -32,6 +32,7 @@ from codeagent_rl import config_utils
 from codeagent_rl.models import attention as attention_lib
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# jax.checkpoint policies by `model.remat` name (see TransformerConfig).
 REMAT_POLICIES = {
   "none": None,
   "full": jax.checkpoint_policies.nothing_saveable,
@@ -62,7 +63,11 @@ class TransformerConfig:
     tie_embeddings: output projection shares the input embedding.
     dtype: activation dtype name ("float32", "bfloat16").
     param_dtype: parameter dtype name.
-    remat: rematerialisation policy of each block, key of REMAT_POLICIES.
+    remat: what the backward pass of a whole-row pass keeps of each block,
+      a key of REMAT_POLICIES: "none" everything; otherwise the blocks run
+      as one `lax.scan` whose body is recomputed, keeping each block's
+      input ("full") and also the matrix products' outputs ("dots",
+      "dots_no_batch"). The KV-cache path runs unrolled blocks.
     init_std: stddev of the normal initialiser of all weights.
     logits_chunk: positions per chunk when log-probs, entropies and argmaxes
       are computed from hidden states (`models/token_stats.py`): the
