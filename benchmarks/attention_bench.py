@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from codeagent_rl.models import attention as attention_lib
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
@@ -60,6 +61,9 @@ from configs import qwen25_coder_0p5b
 
 FLAGS = flags.FLAGS
 ATTENTIONS = ("plain", "chunked")
+# "fused" (cuDNN) is for a GPU run (benchmarks/gpu_check.sh); here it would
+# be chunked again.
+ALL_ATTENTIONS = ("plain", "chunked", "fused")
 REMATS = ("none", "full", "dots_no_batch")
 PASSES = ("actor_step", "critic_step", "log_probs")
 GIB = 2**30
@@ -76,6 +80,16 @@ def define_flags() -> None:
   )
   flags.DEFINE_list(
     "passes", list(PASSES), f"Programs of the memory part, of {PASSES}."
+  )
+  flags.DEFINE_list(
+    "attentions",
+    list(ATTENTIONS),
+    f"model.attention values of the memory part, of {ALL_ATTENTIONS}.",
+  )
+  flags.DEFINE_list(
+    "remats",
+    list(REMATS),
+    f"model.remat values of the memory part, of {REMATS}.",
   )
   flags.DEFINE_list(
     "speed_lengths", ["2048", "8192"], "Row lengths of the speed part."
@@ -163,7 +177,9 @@ def compiled_bytes(cfg, which: str, t: int) -> tuple[int, int]:
   return int(total), int(mem.argument_size_in_bytes)
 
 
-def memory_rows(lengths, remats, passes, layers, chunk, quick) -> list[dict]:
+def memory_rows(
+  lengths, attentions, remats, passes, layers, chunk, quick
+) -> list[dict]:
   """One row per length x attention x remat x pass (see the docstring)."""
   base = transformer.TransformerConfig.from_config(
     qwen25_coder_0p5b.get_config().model
@@ -175,7 +191,7 @@ def memory_rows(lengths, remats, passes, layers, chunk, quick) -> list[dict]:
     )  # fmt: skip
   rows = []
   for t in lengths:
-    for attention in ATTENTIONS:
+    for attention in attentions:
       for remat in remats:
         for which in passes:
           start = time.perf_counter()
@@ -326,15 +342,19 @@ def main(argv) -> None:
     speed_lengths = [int(x) for x in FLAGS.speed_lengths]
   except ValueError:
     sys.exit("--lengths, --speed_lengths: comma-separated integers.")
-  remats = REMATS
+  remats, attentions = FLAGS.remats, FLAGS.attentions
   if FLAGS.quick:
-    lengths, speed_lengths, remats = [256], [128], ("none", "full")
+    lengths, speed_lengths, remats = [256], [128], ["none", "full"]
   chunk = 64 if FLAGS.quick else FLAGS.chunk
   if min(lengths + speed_lengths) < 1 or chunk < 1 or FLAGS.repeats < 1:
     sys.exit("--lengths, --speed_lengths, --chunk, --repeats: must be >= 1.")
-  unknown = sorted(set(FLAGS.passes) - set(PASSES))
-  if unknown or not FLAGS.passes:
-    sys.exit(f"--passes={','.join(FLAGS.passes)}: expected some of {PASSES}.")
+  for name, given, known in (
+    ("passes", FLAGS.passes, PASSES),
+    ("attentions", attentions, ALL_ATTENTIONS),
+    ("remats", remats, REMATS),
+  ):
+    if not given or set(given) - set(known):
+      sys.exit(f"--{name}={','.join(given)}: expected some of {known}.")
   out = {
     "date": datetime.date.today().isoformat(),
     "command": " ".join(
@@ -347,12 +367,20 @@ def main(argv) -> None:
       "layers": FLAGS.layers,
       "quick": FLAGS.quick,
       "device": str(jax.devices()[0].device_kind),
+      # What "fused" runs for the 0.5B shape's bfloat16 rows (None: chunked).
+      "fused_kernel": attention_lib.fused_kernel(jnp.bfloat16),
     },
   }
   if FLAGS.part in ("all", "memory"):
     print("length attention         remat         pass GiB@layers   how")
     out["memory"] = memory_rows(
-      lengths, remats, FLAGS.passes, FLAGS.layers, chunk, FLAGS.quick
+      lengths,
+      attentions,
+      remats,
+      FLAGS.passes,
+      FLAGS.layers,
+      chunk,
+      FLAGS.quick,
     )
     out["actor_and_critic"] = both_models(out["memory"])
     for r in out["actor_and_critic"]:

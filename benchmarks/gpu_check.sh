@@ -9,9 +9,10 @@
 # a part of the benchmark crashed or a test failed.
 #
 # Time: the set-up comes first and is not counted; the checks after it stop
-# within GPU_CHECK_BUDGET_S (480 s by default): the benchmark gets
-# BENCH_BUDGET_S (300 s; a part that does not fit becomes a "timeout" or
-# "skipped" row of the JSON), the tests what is left.
+# within GPU_CHECK_BUDGET_S (450 s by default): the benchmark gets
+# BENCH_BUDGET_S (240 s; a part that does not fit becomes a "timeout" or
+# "skipped" row of the JSON), the attention memory check
+# ATTENTION_BUDGET_S (60 s), the tests what is left.
 #
 # The lent GPU machine reaches no package registry. It comes with Python
 # 3.12 and JAX 0.11 with CUDA, flax, optax, orbax-checkpoint, chex, absl-py,
@@ -32,7 +33,8 @@
 #   JAX_CUDA_EXTRA     for `pip`: cuda12 or cuda13 (default: cuda13 when
 #                      the driver supports CUDA 13, else cuda12).
 #   PYTHON             the interpreter (default python3).
-#   GPU_CHECK_BUDGET_S, BENCH_BUDGET_S  seconds (integers; see Time above).
+#   GPU_CHECK_BUDGET_S, BENCH_BUDGET_S, ATTENTION_BUDGET_S  seconds
+#                      (integers; see Time above).
 #   BENCH_ARGS         the benchmark's settings (default below).
 #   GPU_CHECK_PLAN=1   print what would run (set-up, benchmark and test
 #                      commands) and stop, without a GPU; the set-up's checks
@@ -52,7 +54,7 @@ step() {
     "$@"
   fi
 }
-for name in GPU_CHECK_BUDGET_S BENCH_BUDGET_S; do
+for name in GPU_CHECK_BUDGET_S BENCH_BUDGET_S ATTENTION_BUDGET_S; do
   if [[ -n "${!name:-}" && ! "${!name}" =~ ^[0-9]+$ ]]; then
     echo "gpu_check: ${name}=${!name}: expected whole seconds." >&2
     exit 2
@@ -140,6 +142,17 @@ run_bench() {
     --budget_s="$((bench_deadline - SECONDS))"
 }
 run_bench || { echo "gpu_check: benchmark exit $?" >&2; status=1; }
+
+# Compiled memory of the 0.5B actor step on one 32k-token row, chunked
+# attention against cuDNN's fused kernel, blocks recomputed (remat full):
+# the CPU analysis's 16.8 GiB (docs/benchmarks.md) as the GPU compiler
+# plans it. Compiled only; ATTENTION_BUDGET_S (60 s) of the budget.
+attention_budget="${ATTENTION_BUDGET_S:-60}"
+step timeout --kill-after=10 "${attention_budget}" \
+  "${py}" -m benchmarks.attention_bench --part=memory --lengths=32768 \
+  --attentions=chunked,fused --remats=full --passes=actor_step \
+  --out=benchmarks/results/attention_bench_gpu.json \
+  || { echo "gpu_check: attention memory exit $?" >&2; status=1; }
 
 # tests/conftest.py appends --xla_force_host_platform_device_count=8 to
 # XLA_FLAGS (it only changes the CPU platform) and sets JAX_PLATFORMS=cpu

@@ -74,7 +74,13 @@ def test_the_quick_run_writes_every_row(tmp_path):
 
 
 def test_bad_arguments_are_refused(tmp_path):
-  for arg in ("--lengths=x", "--repeats=0", "--passes=backward"):
+  for arg in (
+    "--lengths=x",
+    "--repeats=0",
+    "--passes=backward",
+    "--attentions=flash",
+    "--remats=some",
+  ):
     proc = _bench("--part=speed", arg, f"--out={tmp_path / 'x.json'}")
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr

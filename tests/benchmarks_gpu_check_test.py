@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from benchmarks import attention_bench
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 
@@ -60,12 +62,22 @@ def test_plan_names_the_benchmark_and_tests_that_exist(tmp_path):
   result = _run({"GPU_CHECK_PLAN": "1"}, tmp_path)
   assert result.returncode == 0, result.stderr
   commands = _plan_commands(result.stdout)
-  assert len(commands) == 2, result.stdout
-  bench, tests = commands
+  assert len(commands) == 3, result.stdout
+  bench, memory, tests = commands
   assert bench[bench.index("-m") + 1] == "benchmarks.hf_ppo_bench"
   assert "--batch=8" in bench and "--length=2048" in bench
   budget = [a for a in bench if a.startswith("--budget_s=")]
   assert budget == ["--budget_s=240"]
+  # The attention memory check: the fused kernel against chunked at 32k,
+  # with flags the benchmark accepts.
+  assert memory[memory.index("-m") + 1] == "benchmarks.attention_bench"
+  assert "--attentions=chunked,fused" in memory
+  assert memory[memory.index("timeout") + 2] == "60"
+  for arg in memory:
+    if arg.startswith("--attentions="):
+      assert set(arg.split("=")[1].split(",")) <= set(
+        attention_bench.ALL_ATTENTIONS
+      )
   assert "JAX_PLATFORMS=cuda" in tests
   pytest_args = tests[tests.index("pytest") + 1 :]
   files = [a for a in pytest_args if a.endswith(".py")]
@@ -94,7 +106,7 @@ def test_bench_args_and_budgets_are_passed_through(tmp_path):
     tmp_path,
   )
   assert result.returncode == 0, result.stderr
-  bench, tests = _plan_commands(result.stdout)
+  bench, _, tests = _plan_commands(result.stdout)
   assert "--batch=64" in bench and "--variants=packed" in bench
   assert "--budget_s=100" in bench
   assert tests[tests.index("-n") + 1] == "3"

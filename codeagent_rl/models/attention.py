@@ -21,6 +21,14 @@ normaliser instead of storing them, so the backward pass is O(T) in
 memory too (autodiff through the scans would save every block's scores).
 A key chunk no query of the query chunk can see (the upper triangle of a
 causal row) is skipped in both passes.
+
+"fused" is the platform's kernel through `jax.nn.dot_product_attention`:
+cuDNN's flash attention on a GPU for bfloat16 and float16 activations,
+for rows whose masking its causal-plus-length mask expresses (checked on
+the device per call; see `index_ordered`), chunked for the others, for
+packed rows and on platforms without a kernel (CPU; TPU, whose Pallas
+kernels are not wired in). It is not chosen by "auto": nothing here has
+run it on a GPU yet (benchmarks/gpu_check.sh does, where one is lent).
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-IMPLEMENTATIONS = ("plain", "chunked", "auto")
+IMPLEMENTATIONS = ("plain", "chunked", "fused", "auto")
 # Large finite negative for a masked key (see transformer._MASK_VALUE); keys
 # added to fill the last chunk get -inf, so they weigh nothing even in a
 # row that sees no real key.
@@ -46,6 +54,79 @@ def choose(implementation: str, length: int, chunk: int) -> str:
   if implementation == "auto":
     return "chunked" if length > chunk else "plain"
   return implementation
+
+
+def for_cache(implementation: str, length: int, chunk: int) -> str:
+  """How a prefill of `length` tokens into the KV cache attends.
+
+  The cache's slots are not a right-padded row, so no fused kernel applies:
+  "fused" prefills as "auto" does.
+  """
+  if implementation == "fused":
+    implementation = "auto"
+  return choose(implementation, length, chunk)
+
+
+def fused_kernel(dtype) -> str | None:
+  """The fused kernel `jax.nn.dot_product_attention` has here, or None.
+
+  cuDNN's flash attention on a GPU, for bfloat16 and float16 only. JAX
+  ships Pallas splash attention for TPUs, but it is not wired in: "fused"
+  on a TPU, as on a CPU, is chunked.
+  """
+  if jax.default_backend() == "gpu" and jnp.dtype(dtype) in (
+    jnp.bfloat16,
+    jnp.float16,
+  ):
+    return "cudnn"
+  return None
+
+
+def index_ordered(q_pos, k_valid):
+  """[] bool: the rows are what a fused kernel's masks can express.
+
+  Its masks are causal by index plus a count of valid keys per row; ours
+  is causal by position over the valid keys. They agree, at every valid
+  query, when each row's valid tokens come first, at positions 0, 1, ...,
+  and no row is all padding.
+  """
+  t = k_valid.shape[1]
+  index = jnp.arange(t, dtype=jnp.int32)[None]
+  lengths = jnp.sum(k_valid, axis=1, dtype=jnp.int32)
+  return (
+    jnp.all(k_valid == (index < lengths[:, None]))
+    & jnp.all(jnp.where(k_valid, q_pos == index, True))
+    & jnp.all(lengths > 0)
+  )
+
+
+def fused(q, k, v, q_pos, k_valid, *, implementation, chunk=512):
+  """Self-attention through `jax.nn.dot_product_attention`.
+
+  Used when `index_ordered` holds (decided on the device, per call), with
+  `is_causal` and each row's count of valid keys; otherwise `chunked`.
+  Equal to `plain` at every valid query; padding queries, which no loss
+  reads, may differ. Arguments as `plain` (keys are the queries' own
+  positions); `implementation` is the kernel's ("cudnn", or "xla", which
+  forms the [T, T] scores and is how this is tested on a CPU).
+  """
+  b, t, heads, g, h = q.shape
+
+  def kernel(_):
+    out = jax.nn.dot_product_attention(
+      q.reshape(b, t, heads * g, h),
+      k,
+      v,
+      is_causal=True,
+      key_value_seq_lengths=jnp.sum(k_valid, axis=1, dtype=jnp.int32),
+      implementation=implementation,
+    )
+    return out.reshape(b, t, heads, g, h).astype(q.dtype)
+
+  def fallback(_):
+    return chunked(q, k, v, q_pos, q_pos, k_valid, chunk=chunk)
+
+  return jax.lax.cond(index_ordered(q_pos, k_valid), kernel, fallback, None)
 
 
 def visible(q_pos, k_pos, k_valid, q_seg=None, k_seg=None):
@@ -113,6 +194,12 @@ def attend(implementation, chunk, q, k, v, q_pos, k_pos, k_valid, segments):
   (self-attention over packed rows).
   """
   kind = choose(implementation, q.shape[1], chunk)
+  if kind == "fused":
+    kernel = fused_kernel(q.dtype)
+    if kernel is not None and segments is None:
+      return fused(q, k, v, q_pos, k_valid, implementation=kernel, chunk=chunk)
+    # No kernel here, or packed rows (segment ids no kernel mask expresses).
+    kind = "chunked"
   if kind == "plain":
     return plain(q, k, v, q_pos, k_pos, k_valid, segments, segments)
   if kind == "chunked":

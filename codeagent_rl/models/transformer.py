@@ -76,8 +76,10 @@ class TransformerConfig:
     attention: how a pass over whole rows, or a prefill of T tokens into
       the KV cache, attends (`models/attention.py`): "plain" (the [T, S]
       scores at once), "chunked" (online softmax over chunks: memory
-      linear in T, forward and backward), "auto" (chunked when T is longer
-      than one chunk). Decode steps (T = 1) are the same for all.
+      linear in T, forward and backward), "fused" (cuDNN's kernel on a
+      GPU for bfloat16 rows, chunked where it does not apply), "auto"
+      (chunked when T is longer than one chunk). Decode steps (T = 1) are
+      the same for all.
     attention_chunk: query and key positions per chunk of "chunked".
   """
 
@@ -429,7 +431,10 @@ class Attention(nn.Module):
     )
     new_kv = LayerKV(k=k_all, v=v_all)
     k, v = k_all.astype(cfg.jnp_dtype), v_all.astype(cfg.jnp_dtype)
-    if attention_lib.choose(cfg.attention, t, cfg.attention_chunk) == "chunked":
+    if (
+      attention_lib.for_cache(cfg.attention, t, cfg.attention_chunk)
+      == "chunked"
+    ):
       # A long prefill against the cache: chunked, as a whole-row pass is
       # (the keys are the cache's slots, in the [B, S, K, H] layout).
       out = attention_lib.chunked(
