@@ -1,5 +1,8 @@
 """Policy wrappers and rollouts that tests share (no side effects on import)."""
 
+import gc
+
+import jax
 import numpy as np
 
 from codeagent_rl import types
@@ -97,3 +100,19 @@ def ragged_rollout(batch: int, length: int, prompt: int, *, seed: int = 0):
   )
   out.check()
   return out
+
+
+def live_cache_arrays(config, cache_len: int) -> list:
+  """Live device arrays shaped like a KV cache of `cache_len` slots.
+
+  Its keys and values ([B, kv_heads, cache_len, head_dim]); after a rollout
+  there should be none, so the learner's passes do not share the device
+  with the rollout's cache.
+  """
+  gc.collect()
+  return [
+    x
+    for x in jax.live_arrays()
+    if x.ndim == 4
+    and x.shape[1:] == (config.num_kv_heads, cache_len, config.head_dim)
+  ]

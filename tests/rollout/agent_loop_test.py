@@ -224,10 +224,15 @@ def test_sampler_policy_drives_the_transformer(env):
       agent_loop.cache_len_for(env_cfg, prompt_len, small_env.format),
     )
   )
+  cache_len = agent_loop.cache_len_for(env_cfg, prompt_len, small_env.format)
+  policy.begin([small_env.reset(tasks[0]).prompt_ids] * 2)
+  assert len(policies.live_cache_arrays(cfg, cache_len)) == 2  # k and v
+  policy.end()
   out = agent_loop.collect(
     small_env, policy, tasks, [0, 0], jax.random.PRNGKey(3)
   )
   assert policy.inner._state is None  # the KV cache is released afterwards
+  assert not policies.live_cache_arrays(cfg, cache_len)
   batch = out.batch
   batch.check()
   trainable = np.asarray(batch.trainable)
