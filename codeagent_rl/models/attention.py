@@ -3,7 +3,7 @@
 `attend` is what the transformer calls for a pass over whole rows (the
 training, log-prob and value passes); a prefill of many tokens into the KV
 cache calls `chunked` with the cache's slots as keys; decode steps (one
-token against the cache) stay in `transformer.Attention`. Masking is the
+token against the cache) stay in `layers.Attention`. Masking is the
 transformer's: query q sees key k when k is valid, position(k) <=
 position(q) and, for packed rows, both are in the same segment. A query
 that sees no key (padding) averages every key uniformly in both
@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 IMPLEMENTATIONS = ("plain", "chunked", "fused", "auto")
-# Large finite negative for a masked key (see transformer._MASK_VALUE); keys
+# Large finite negative for a masked key (see layers._MASK_VALUE); keys
 # added to fill the last chunk get -inf, so they weigh nothing even in a
 # row that sees no real key.
 MASK_VALUE = -1e30

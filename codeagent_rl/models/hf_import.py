@@ -23,7 +23,7 @@ Names and layouts, with L = model.layers.{i} and B = trunk/layers_{i} (torch
   lm_head.weight [V, D] (untied only)     lm_head/kernel [D, V]
 
 `transformers` stores q and k for the same half-split ("rotate_half") rotary
-layout that `transformer.apply_rope` uses, so no permutation is needed. Meta's
+layout that `layers.apply_rope` uses, so no permutation is needed. Meta's
 original (interleaved) Llama checkpoints are not this format.
 """
 

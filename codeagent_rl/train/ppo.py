@@ -831,7 +831,15 @@ class Learner:
     host = _trim(batch, self.exp.ppo.length_bucket)
     host["total"] = np.asarray(total, np.float32)
     host.update(self._extra_inputs(host, tasks, solved))
-    with jax.transfer_guard("disallow"):
+    # The passes are traced under the mesh's logical-axis rules, so the
+    # activations' constraints (`nn.with_logical_constraint`) take effect:
+    # without them XLA placed the 7B actor step of 32k-token rows on the
+    # 8-device mesh in 62.0 GiB per device, with them 41.3
+    # (benchmarks/mesh_memory_bench.py).
+    with (
+      sharding.axis_rules(self.mesh, self.rules),
+      jax.transfer_guard("disallow"),
+    ):
       return self._update(
         states, host, index, rng, timer, value_only, behaviour_params
       )
