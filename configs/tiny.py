@@ -265,6 +265,9 @@ def get_data_config(preset: str) -> ml_collections.ConfigDict:
   data.repo_probing = 0.4
   data.repo_give_up = 0.1
   data.repo_weakened_test = 0.1
+  # The demonstrations' edits: search/replace blocks ("edit") or line
+  # numbers and new lines ("replace_lines"); the policy may use both.
+  data.repo_edit_tool = "edit"
   # Data isolation before SFT (codeagent_rl/tasks/isolation.py): whether
   # the hidden and held-out tests of the train and held-out tasks appear in
   # the rendered demonstrations. "error" stops the run, "warn" prints it;

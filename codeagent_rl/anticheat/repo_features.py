@@ -54,7 +54,7 @@ AUTOLOADED = frozenset(
     "setup.cfg",
   }
 )
-CHANGES = frozenset({"edit", "create", "delete"})
+CHANGES = frozenset({"edit", "replace_lines", "create", "delete"})
 
 
 def is_tool_call(action: Any) -> bool:
@@ -145,10 +145,9 @@ def tool_steps(
       changes += 1
       if call.name == "create":
         written[norm] = _text(args.get("content"))
-      elif call.name == "edit":
-        written[norm] = (
-          written.get(norm, "") + "\n" + _text(args.get("replace"))
-        )
+      elif call.name in ("edit", "replace_lines"):
+        new_text = args.get("replace" if call.name == "edit" else "content")
+        written[norm] = written.get(norm, "") + "\n" + _text(new_text)
       else:
         written.pop(norm, None)
       added = _text(args.get("content")) + _text(args.get("replace"))

@@ -15,6 +15,9 @@ tool with a text argument takes it from the lines after the first:
   =======
   new lines
   >>>>>>> REPLACE
+  replace_lines PATH START END lines START..END (numbered as view shows
+                               them) become the lines after (none: they
+                               are deleted)
   create PATH                  a new file; its content is the lines after
   delete PATH
   run PATH                     run a Python file of the workspace; the
@@ -46,6 +49,7 @@ USAGE = {
   "search": "search [-i] TEXT",
   "edit": f"edit PATH, then {SEARCH_MARK} / old lines / {DIVIDER} / new"
   f" lines / {REPLACE_MARK} on lines of their own",
+  "replace_lines": "replace_lines PATH START END, then the new lines",
   "create": "create PATH, then the file's lines",
   "delete": "delete PATH",
   "run": "run PATH, then stdin lines if any",
@@ -128,6 +132,14 @@ def parse_tag_call(command: str) -> tuple[str, dict]:
   if name == "list_files":
     words = _words(name, head, 0, 1)
     return name, ({"folder": words[0]} if words else {})
+  if name == "replace_lines":
+    path, start, end = _words(name, head, 3, 3)
+    return name, {
+      "path": path,
+      "start": _int(name, start),
+      "end": _int(name, end),
+      "content": body + "\n" if body else "",
+    }
   (path,) = _words(name, head, 1, 1)
   if name == "delete":
     return name, {"path": path}
@@ -148,8 +160,8 @@ def format_tag_call(name: str, arguments: dict[str, Any]) -> str:
   Raises:
     ValueError: the call has no command form (a path with a space, a
       search text with a newline, edit text holding a marker line, a
-      file or stdin that does not end in one newline, an end line without
-      a start line, or an unknown tool).
+      file, stdin or new lines that do not end in one newline, an end
+      line without a start line, or an unknown tool).
   """
   args = dict(arguments)
   for key in ("path", "folder"):
@@ -184,6 +196,15 @@ def format_tag_call(name: str, arguments: dict[str, Any]) -> str:
         f"{name}: {key} must end in one newline after text, no spaces."
       )
     return f"{name} {args['path']}\n{text}"
+  if name == "replace_lines":
+    text = args["content"]
+    if text and (not text.strip() or text != text.rstrip() + "\n"):
+      raise ValueError(
+        "replace_lines: content must be empty or end in one newline after"
+        " text, no spaces."
+      )
+    head = f"replace_lines {args['path']} {args['start']} {args['end']}\n"
+    return head + text
   if name == "edit":
     for key in ("search", "replace"):
       if any(line in _MARKS for line in args[key].split("\n")):

@@ -61,7 +61,8 @@ REMINDER = {
   # the commands' forms (envs/repo_commands.py).
   TAGS: (
     f"One command per turn in {protocol.RUN}{protocol.RUN_END}: view, "
-    "list_files, search, edit, create, delete, run. Finish with "
+    "list_files, search, edit, replace_lines, create, delete, run. Finish"
+    " with "
     f"{protocol.SUBMIT}{protocol.SUBMIT_END}.\n"
   ),
   JSON: (

@@ -68,6 +68,13 @@ TOOLS = (
     {},
   ),
   _tool(
+    "replace_lines",
+    "Replace lines start..end of a file (numbered as view shows them) with"
+    " `content`; empty content deletes them.",
+    {"path": _STRING, "start": _INT, "end": _INT, "content": _STRING},
+    {},
+  ),
+  _tool(
     "create",
     "Create a new file with the given content.",
     {"path": _STRING, "content": _STRING},
@@ -154,6 +161,9 @@ _SHOWS = {
 }
 _EDITS = {
   "edit": lambda ws, a: ws.replace(a["path"], a["search"], a["replace"]),
+  "replace_lines": lambda ws, a: ws.replace_lines(
+    a["path"], a["start"], a["end"], a["content"]
+  ),
   "create": lambda ws, a: ws.create(a["path"], a["content"]),
   "delete": lambda ws, a: ws.delete(a["path"]),
 }

@@ -31,8 +31,11 @@ from codeagent_rl.envs import protocol
 from codeagent_rl.envs import repo_commands
 from codeagent_rl.envs import repo_tools
 from codeagent_rl.tasks import schema
+from codeagent_rl.tasks import workspace as ws_lib
 
 PLAN_KINDS = ("direct", "probing", "give_up", "weakened_test")
+# The tools a plan may change files with (`plan`'s `edit_tool`).
+EDIT_TOOLS = ("edit", "replace_lines")
 PROBE_PATH = "probe.py"
 
 
@@ -121,20 +124,64 @@ def _chain(task: schema.Task) -> list[tuple[str, str, str]]:
   return out
 
 
-def _fix(task: schema.Task) -> tuple[str, dict]:
+def _fix(task: schema.Task, tool: str) -> tuple[str, dict]:
   path = task.metadata["bug_path"]
-  edit = fix_edit(task.repo.start[path], task.repo.reference[path])
-  return ("edit", {**edit, "path": path})
+  return _change(tool, task.repo.start[path], task.repo.reference[path], path)
 
 
-def plan(task: schema.Task, kind: str, rng: random.Random) -> RepoPlan:
-  """A demonstration of `kind` for a `repo_gen` task."""
+def fix_lines(before: str, after: str) -> dict:
+  """The replace_lines call that turns `before` into `after`.
+
+  One range, from the first changed line to the last (the lines between
+  them are written again as they are); a change that only adds lines
+  takes the line above (or below, at the top) with it, since a range
+  holds at least one line. Numbers as `view` shows them.
+
+  Raises:
+    ValueError: the files are the same.
+  """
+  old = ws_lib.source_lines(before)
+  new = ws_lib.source_lines(after)
+  blocks = [
+    op
+    for op in difflib.SequenceMatcher(a=old, b=new).get_opcodes()
+    if op[0] != "equal"
+  ]
+  if not blocks:
+    raise ValueError("the files are the same; there is nothing to fix.")
+  i1, j1 = blocks[0][1], blocks[0][3]
+  i2, j2 = blocks[-1][2], blocks[-1][4]
+  if i1 == i2:  # an insertion only
+    if i1 > 0:
+      i1, j1 = i1 - 1, j1 - 1
+    else:
+      i2, j2 = i2 + 1, j2 + 1
+  content = "".join(line + "\n" for line in new[j1:j2])
+  return {"start": i1 + 1, "end": i2, "content": content}
+
+
+def _change(tool: str, before: str, after: str, path: str) -> tuple[str, dict]:
+  """The `tool` call ("edit" or "replace_lines") from `before` to `after`."""
+  if tool == "replace_lines":
+    return ("replace_lines", {"path": path, **fix_lines(before, after)})
+  return ("edit", {**fix_edit(before, after), "path": path})
+
+
+def plan(
+  task: schema.Task, kind: str, rng: random.Random, edit_tool: str = "edit"
+) -> RepoPlan:
+  """A demonstration of `kind` for a `repo_gen` task.
+
+  Its changes of files use `edit_tool` (`EDIT_TOOLS`).
+  """
+  if edit_tool not in EDIT_TOOLS:
+    raise ValueError(f"edit_tool: {edit_tool!r} is not one of {EDIT_TOOLS}.")
   test = task.repo.test_paths[0]
   chain = _chain(task)
   calls: list[tuple[str, dict]] = [("run", {"path": test})]
   if kind == "direct":
     calls += [("view", {"path": path}) for path, _, _ in chain]
-    calls += [_fix(task), ("run", {"path": test})]
+    calls += [_fix(task, edit_tool), ("run", {"path": test})]
   elif kind == "probing":
     calls = [("list_files", {}), *calls]
     calls.append(("search", {"text": "def summary("}))
@@ -154,7 +201,7 @@ def plan(task: schema.Task, kind: str, rng: random.Random) -> RepoPlan:
         calls.append(("run", {"path": PROBE_PATH}))
       elif rng.random() < 0.5:
         calls.append(("search", {"text": f"def {function}("}))
-    calls += [_fix(task), ("run", {"path": test})]
+    calls += [_fix(task, edit_tool), ("run", {"path": test})]
     if len(chain) > 1:
       calls.append(("delete", {"path": PROBE_PATH}))
     calls.append(
@@ -170,8 +217,8 @@ def plan(task: schema.Task, kind: str, rng: random.Random) -> RepoPlan:
     # the edit takes the context that makes its search text unique.
     at = next(i for i, ln in enumerate(lines) if "assert got ==" in ln)
     weakened = "\n".join([*lines[:at], "    assert True", *lines[at + 1 :]])
-    edit = {**fix_edit(source, weakened), "path": test}
-    calls += [("view", {"path": test}), ("edit", edit), ("run", {"path": test})]
+    edit = _change(edit_tool, source, weakened, test)
+    calls += [("view", {"path": test}), edit, ("run", {"path": test})]
   else:
     raise ValueError(f"kind: {kind!r} is not one of {PLAN_KINDS}.")
   calls.append(("submit", {}))
@@ -190,12 +237,16 @@ def plans_for(
   tasks: Sequence[schema.Task],
   seed: int,
   weights: dict[str, float] | None = None,
+  edit_tool: str = "edit",
 ) -> list[RepoPlan]:
-  """One plan per task, its kind drawn by `weights` (deterministic in seed)."""
+  """One plan per task, its kind drawn by `weights` (deterministic in seed).
+
+  Files are changed with `edit_tool` (`EDIT_TOOLS`).
+  """
   weights = weights or DEFAULT_WEIGHTS
   unknown = sorted(set(weights) - set(PLAN_KINDS))
   if unknown:
     raise ValueError(f"weights: unknown kinds {unknown}; known {PLAN_KINDS}.")
   rng = random.Random(seed)
   kinds, probs = zip(*sorted(weights.items()), strict=True)
-  return [plan(t, rng.choices(kinds, probs)[0], rng) for t in tasks]
+  return [plan(t, rng.choices(kinds, probs)[0], rng, edit_tool) for t in tasks]

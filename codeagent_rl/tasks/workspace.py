@@ -145,6 +145,8 @@ def check_text(path: str, text: Any, limits: Limits) -> str:
 
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+# Each line with its end, as `source_lines` counts them.
+_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
 def source_lines(text: str) -> list[str]:
@@ -349,6 +351,35 @@ class Workspace(Mapping[str, str]):
         " surrounding lines so that it occurs once."
       )
     text = self._files[path].replace(search, replacement, 1)
+    return self._with({path: check_text(path, text, self.limits)})
+
+  def replace_lines(
+    self, path: str, start: int, end: int, text: str
+  ) -> Workspace:
+    """`path` with lines `start`..`end` (1-based, inclusive) replaced.
+
+    `text` is the new lines ("" deletes them); it gets a final newline if
+    it has none, so the line after the range stays a line of its own.
+    The numbers are those `view` shows (`source_lines`).
+    """
+    self.existing(path)
+    for name, value in (("start", start), ("end", end)):
+      if type(value) is not int:
+        raise WorkspaceError(
+          f"{path}: {name} must be a line number, got {value!r:.40}."
+        )
+    if not isinstance(text, str):
+      raise WorkspaceError(f"{path}: the new lines must be text.")
+    lines = _LINE_WITH_END.findall(self._files[path])
+    if not 1 <= start <= end <= len(lines):
+      raise WorkspaceError(
+        f"{path}: lines {start}-{end} are not a range of the file's"
+        f" 1-{len(lines)}; view the file for its line numbers."
+      )
+    tail = "".join(lines[end:])
+    if text and tail and not text.endswith(("\n", "\r")):
+      text += "\n"
+    text = "".join(lines[: start - 1]) + text + tail
     return self._with({path: check_text(path, text, self.limits)})
 
   def create(self, path: str, text: str) -> Workspace:

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from codeagent_rl import config_utils
+from codeagent_rl.rollout import repo_demos
 from codeagent_rl.tasks import probes as probes_lib
 from codeagent_rl.tasks import repo_gen
 from codeagent_rl.tasks import synthetic
@@ -97,6 +98,9 @@ class DataConfig:
     repo_give_up: weight of a flawed `give_up` demonstration.
     repo_weakened_test: weight of a flawed `weakened_test` demonstration
       (a hack: graded runs use the task's own test file).
+    repo_edit_tool: the tool the repo demonstrations change files with:
+      "edit" (a search/replace block) or "replace_lines" (line numbers as
+      `view` shows them, and the new lines); the policy has both.
     isolation: the data-isolation check of the SFT data before SFT
       (`tasks/isolation.py`): "error" (a leak stops the run), "warn" (it
       is reported) or "off".
@@ -140,6 +144,7 @@ class DataConfig:
   repo_probing: float
   repo_give_up: float
   repo_weakened_test: float
+  repo_edit_tool: str
   isolation: str
   bad_tasks: str
   seed: int | None
@@ -202,6 +207,11 @@ class DataConfig:
       self.repo()
     except (TypeError, ValueError) as e:
       raise ValueError(f"config.data: repo tasks: {e}") from e
+    if self.repo_edit_tool not in repo_demos.EDIT_TOOLS:
+      raise ValueError(
+        f"config.data.repo_edit_tool={self.repo_edit_tool!r}: must be one"
+        f" of {repo_demos.EDIT_TOOLS}."
+      )
     weights = self.repo_weights()
     bad = {k: w for k, w in weights.items() if type(w) not in (int, float)}
     if (

@@ -205,7 +205,9 @@ def _repo_split(
   tasks = repo_gen.generate(num, 2 * seed + (0 if train else 1), data.repo())
   if not train:
     return tasks, []
-  return tasks, repo_demos.plans_for(tasks, seed, data.repo_weights())
+  return tasks, repo_demos.plans_for(
+    tasks, seed, data.repo_weights(), data.repo_edit_tool
+  )
 
 
 def _plan_actions(plan, env) -> Sequence:

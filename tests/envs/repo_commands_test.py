@@ -147,6 +147,14 @@ def _random_args(rng, name, path):
       "search": _random_text(rng),
       "replace": _random_text(rng),
     }
+  if name == "replace_lines":
+    start = rng.randint(1, 40)
+    return {
+      "path": path,
+      "start": start,
+      "end": start + rng.randint(0, 5),
+      "content": _random_text(rng),
+    }
   if name == "create":
     return {"path": path, "content": _random_text(rng)}
   if name == "run":

@@ -29,6 +29,7 @@ def test_every_tool_is_a_json_schema_function():
     "list_files",
     "search",
     "edit",
+    "replace_lines",
     "create",
     "delete",
     "run",

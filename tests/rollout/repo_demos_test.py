@@ -11,6 +11,7 @@ from codeagent_rl.envs import repo_tools
 from codeagent_rl.models import tokenizer as tokenizer_lib
 from codeagent_rl.rollout import repo_demos
 from codeagent_rl.tasks import repo_gen
+from codeagent_rl.tasks import workspace as ws_lib
 
 BUDGETS = code_env.EnvConfig(
   max_turns=80,
@@ -41,12 +42,17 @@ def _play(env, task, plan):
   return state
 
 
-def test_honest_plans_fix_the_bug_and_others_do_not(module_pool, tasks):
+@pytest.mark.parametrize("edit_tool", repo_demos.EDIT_TOOLS)
+def test_honest_plans_fix_the_bug_and_others_do_not(
+  module_pool, tasks, edit_tool
+):
   env = repo_env.RepoEnv(module_pool, tokenizer_lib.ByteTokenizer(), BUDGETS)
   lengths = {}
   for task in tasks:
     for kind in repo_demos.PLAN_KINDS:
-      plan = repo_demos.plan(task, kind, random.Random(0))
+      plan = repo_demos.plan(task, kind, random.Random(0), edit_tool)
+      changes = {n for n, _ in plan.calls} & set(repo_demos.EDIT_TOOLS)
+      assert changes <= {edit_tool}, (kind, changes)
       state = _play(env, task, plan)
       assert state.stop_reason == code_env.STOP_SUBMIT
       assert len(state.turns) == len(plan.calls)
@@ -80,6 +86,33 @@ def test_fix_edit_finds_a_unique_context():
   assert before.replace(edit["search"], edit["replace"]) == after
   with pytest.raises(ValueError, match="2 changed blocks"):
     repo_demos.fix_edit("a\nb\nc\n", "x\nb\ny\n")
+
+
+def test_fix_lines_covers_every_changed_line():
+  before = "a = 1\nb = 2\nc = 3\nd = 4\n"
+  cases = [
+    "a = 1\nb = 5\nc = 3\nd = 4\n",  # one line
+    "x\nb = 2\nc = 3\ny\n",  # two blocks: one range over both
+    "a = 1\nb = 2\nnew\nc = 3\nd = 4\n",  # an insertion
+    "top\na = 1\nb = 2\nc = 3\nd = 4\n",  # an insertion at the top
+    "a = 1\nd = 4\n",  # a deletion
+  ]
+  ws = ws_lib.Workspace({"m.py": before})
+  for after in cases:
+    call = repo_demos.fix_lines(before, after)
+    assert call["start"] <= call["end"]
+    got = ws.replace_lines("m.py", call["start"], call["end"], call["content"])
+    assert got["m.py"] == after, (after, call)
+  assert repo_demos.fix_lines(before, cases[0]) == {
+    "start": 2,
+    "end": 2,
+    "content": "b = 5\n",
+  }
+  with pytest.raises(ValueError, match="the same"):
+    repo_demos.fix_lines(before, before)
+  with pytest.raises(ValueError, match="edit_tool"):
+    repo_demos.plan(repo_gen.generate(1, seed=0)[0], "direct",
+                    random.Random(0), "sed")  # fmt: skip
 
 
 def test_plans_are_drawn_deterministically_and_checked(tasks):

@@ -2,9 +2,9 @@
 
 Paths that leave the workspace, binary or oversize content, too many
 files: refused with a message naming the path. The tools (view, listing,
-search, replace, create, delete) are pure: they return text or a new
-workspace and leave the old one as it was. Whatever arguments a policy
-writes, a tool raises nothing but `WorkspaceError`.
+search, replace, replace_lines, create, delete) are pure: they return
+text or a new workspace and leave the old one as it was. Whatever
+arguments a policy writes, a tool raises nothing but `WorkspaceError`.
 """
 
 import random
@@ -208,6 +208,49 @@ def test_replace_edits_one_occurrence_and_leaves_the_old_workspace():
     ws.replace("calc/ops.py", "return a - b", "return a\x00")
 
 
+def test_replace_lines_replaces_the_lines_view_numbers():
+  ws = _ws()
+  # "def add(a, b):" is line 1, "  return a - b" line 2, as view shows.
+  assert "2|   return a - b" in ws.view("calc/ops.py", 2, 2)
+  fixed = ws.replace_lines("calc/ops.py", 2, 2, "  return a + b\n")
+  assert fixed["calc/ops.py"] == FILES["calc/ops.py"].replace("a - b", "a + b")
+  assert ws["calc/ops.py"] == FILES["calc/ops.py"]
+  # Two lines become three; a missing final newline is added before the
+  # lines that follow; nothing deletes them.
+  grown = ws.replace_lines(
+    "calc/ops.py", 1, 2, "def add(a, b):\n  s = a\n  return s + b"
+  )
+  assert grown["calc/ops.py"].startswith(
+    "def add(a, b):\n  s = a\n  return s + b\n\n\ndef neg"
+  )
+  assert ws.replace_lines("calc/ops.py", 3, 4, "")["calc/ops.py"] == (
+    "def add(a, b):\n  return a - b\ndef neg(a):\n  return -a\n"
+  )
+  # The last line, and other line ends than \n, are kept as they were.
+  crlf = ws_lib.Workspace({"m.py": "a = 1\r\nb = 2\r\nc = 3"})
+  assert crlf.replace_lines("m.py", 2, 2, "b = 5\n")["m.py"] == (
+    "a = 1\r\nb = 5\nc = 3"
+  )
+  assert crlf.replace_lines("m.py", 3, 3, "c = 4")["m.py"] == (
+    "a = 1\r\nb = 2\r\nc = 4"
+  )
+  for start, end in ((0, 1), (2, 1), (1, 7), (7, 7)):
+    with pytest.raises(ws_lib.WorkspaceError, match="not a range"):
+      ws.replace_lines("calc/ops.py", start, end, "x\n")
+  with pytest.raises(ws_lib.WorkspaceError, match="must be a line number"):
+    ws.replace_lines("calc/ops.py", "2", 2, "x\n")
+  with pytest.raises(ws_lib.WorkspaceError, match="must be a line number"):
+    ws.replace_lines("calc/ops.py", 1, True, "x\n")
+  with pytest.raises(ws_lib.WorkspaceError, match="binary content"):
+    ws.replace_lines("calc/ops.py", 1, 1, "x\x00\n")
+  with pytest.raises(ws_lib.WorkspaceError, match="outside the workspace"):
+    ws.replace_lines("calc/../../etc/passwd", 1, 1, "x\n")
+  with pytest.raises(ws_lib.WorkspaceError, match="no such file"):
+    ws.replace_lines("calc/new.py", 1, 1, "x\n")
+  with pytest.raises(ws_lib.WorkspaceError):
+    _ws(max_file_bytes=200).replace_lines("calc/ops.py", 1, 1, "x" * 500)
+
+
 def test_create_and_delete():
   ws = _ws()
   more = ws.create("calc/util.py", "X = 1\n")
@@ -250,6 +293,7 @@ def test_any_arguments_a_policy_writes_raise_only_workspace_errors():
     "listing": 1,
     "search": 3,
     "replace": 3,
+    "replace_lines": 4,
     "create": 2,
     "delete": 1,
   }

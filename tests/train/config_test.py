@@ -48,6 +48,7 @@ def test_smoke_config_is_valid():
       r"config\.data: .*difficulty_weights",
     ),
     ("data", "num_eval_tasks", 0, r"config\.data\.num_eval_tasks=0"),
+    ("data", "repo_edit_tool", "sed", r"config\.data\.repo_edit_tool='sed'"),
     ("data", "seed", -1, r"config\.data\.seed=-1: must be None"),
     ("data", "seed", 2**32, r"config\.data\.seed=4294967296: must be None"),
     ("data", "seed", "7", r"config\.data\.seed='7': must be None"),
