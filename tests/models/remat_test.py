@@ -86,36 +86,35 @@ def _values_and_grads(cls, cfg, rows, params=None):
 
 
 @pytest.mark.parametrize(
-  "cls,kind,attention",
+  "cls,kind,attention,remat",
   [
-    (tf.Actor, "packed", "chunked"),
-    (tf.Critic, "padded", "chunked"),
-    (tf.Critic, "packed", "plain"),
+    (tf.Actor, "packed", "chunked", "full"),
+    (tf.Critic, "padded", "chunked", "dots_no_batch"),
+    (tf.Critic, "packed", "plain", "full"),
   ],
   ids=["actor-packed-chunked", "critic-padded-chunked", "critic-packed-plain"],
 )  # fmt: skip
 def test_every_policy_computes_the_unrolled_models_values_and_gradients(
-  cls, kind, attention
+  cls, kind, attention, remat
 ):
   rows = _rows(kind)
   params, want, want_grads = _values_and_grads(
     cls, _config("none", attention), rows
   )
-  for remat in ("full", "dots_no_batch"):
-    got_params, got, grads = _values_and_grads(
-      cls, _config(remat, attention), rows
-    )
-    # The same parameter tree from the same seed: checkpoints, HF import
-    # and export do not depend on the policy.
-    chex_equal = jax.tree.map(np.array_equal, params, got_params)
-    assert all(jax.tree.leaves(chex_equal)), remat
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert float(jnp.max(jnp.abs(want))) > 0.1
-    for g, w in zip(
-      jax.tree.leaves(grads), jax.tree.leaves(want_grads), strict=True
-    ):
-      assert float(jnp.max(jnp.abs(w))) > 0
-      np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+  got_params, got, grads = _values_and_grads(
+    cls, _config(remat, attention), rows
+  )
+  # The same parameter tree from the same seed: checkpoints, HF import and
+  # export do not depend on the policy.
+  same = jax.tree.map(np.array_equal, params, got_params)
+  assert all(jax.tree.leaves(same)), remat
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert float(jnp.max(jnp.abs(want))) > 0.1
+  for g, w in zip(
+    jax.tree.leaves(grads), jax.tree.leaves(want_grads), strict=True
+  ):
+    assert float(jnp.max(jnp.abs(w))) > 0
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
 
 
 def test_boxed_parameters_give_the_unboxed_result():
@@ -144,11 +143,12 @@ def test_the_cache_path_is_the_same_with_and_without_remat():
     positions = tf.positions_from_valid(valid)
     params = model.init(jax.random.key(0), tokens, positions, valid)["params"]
     cache = tf.init_cache(model.config, 2, T + 2)
-    first, cache = model.apply(
+    apply = jax.jit(model.apply)
+    first, cache = apply(
       {"params": params}, tokens[:, :30], positions[:, :30], valid[:, :30],
       cache,
     )  # fmt: skip
-    rest, cache = model.apply(
+    rest, cache = apply(
       {"params": params}, tokens[:, 30:], positions[:, 30:], valid[:, 30:],
       cache,
     )  # fmt: skip
