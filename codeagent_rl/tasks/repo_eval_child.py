@@ -73,19 +73,23 @@ def _run_variant(files: dict, calls: list, stdins: list, entry) -> dict:
         if stuck:  # one call past the limits is enough to know
           out_calls.append(["limit", "skipped"])
           continue
-        signal.setitimer(signal.ITIMER_REAL, CALL_LIMIT_S)
+        # The alarm may go off as the timer is cancelled (the call ended
+        # at its limit): the inner `finally` then raises `_Limit`, which
+        # the outer handlers catch like one from inside the call.
         try:
-          target = getattr(importlib.import_module(module), function)
-          value = target(*copy.deepcopy(args))
-          json.dumps(value)  # a list that holds itself, say, is refused
+          try:
+            signal.setitimer(signal.ITIMER_REAL, CALL_LIMIT_S)
+            target = getattr(importlib.import_module(module), function)
+            value = target(*copy.deepcopy(args))
+            json.dumps(value)  # a list that holds itself, say, is refused
+          finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
           out_calls.append(["ok", value])
         except (_Limit, MemoryError, RecursionError, ValueError) as e:
           out_calls.append(["limit", type(e).__name__])
           stuck = True
         except Exception as e:  # noqa: BLE001 - a mutant may raise anything
           out_calls.append(["error", _describe(e)])
-        finally:
-          signal.setitimer(signal.ITIMER_REAL, 0)
       runs = []
       for stdin in stdins:
         if stuck:
@@ -93,18 +97,19 @@ def _run_variant(files: dict, calls: list, stdins: list, entry) -> dict:
           continue
         stdout, code = io.StringIO(), 0
         sys.stdin = io.StringIO(stdin)
-        signal.setitimer(signal.ITIMER_REAL, CALL_LIMIT_S)
         try:
-          with contextlib.redirect_stdout(stdout):
-            runpy.run_path(os.path.join(root, entry), run_name="__main__")
+          try:
+            signal.setitimer(signal.ITIMER_REAL, CALL_LIMIT_S)
+            with contextlib.redirect_stdout(stdout):
+              runpy.run_path(os.path.join(root, entry), run_name="__main__")
+          finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         except SystemExit as e:
           code = e.code if isinstance(e.code, int) else 1
         except (_Limit, MemoryError, RecursionError):
           code, stuck = -1, True
         except Exception:  # noqa: BLE001
           code = 1
-        finally:
-          signal.setitimer(signal.ITIMER_REAL, 0)
         runs.append([code, stdout.getvalue()])
       return {"calls": out_calls, "runs": runs}
     finally:
