@@ -327,10 +327,15 @@ def _runner(job: dict, unloadable=None):
         frame.update(status=status, error=error)
         send(fd, frame)
         continue
+      # An alarm delivered as the timer is cancelled (a test ending at its
+      # limit) raises in the inner `finally`: a timeout like any other.
       try:
-        setitimer(real, limit)
-        value = entry(*args, **kwargs)
-        frame.update(status="ok", output=encode(value))
+        try:
+          setitimer(real, limit)
+          output = encode(entry(*args, **kwargs))
+        finally:
+          setitimer(real, 0)
+        frame.update(status="ok", output=output)
       except timeout_error:
         frame.update(status="timeout", error="per-test time limit exceeded")
       except memory_error:
@@ -339,8 +344,6 @@ def _runner(job: dict, unloadable=None):
         frame.update(status="bad_output", error="returned " + text(e))
       except base as e:
         frame.update(status="error", error=describe(e))
-      finally:
-        setitimer(real, 0)
       send(fd, frame)
     done()
 
