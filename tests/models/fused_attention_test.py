@@ -4,9 +4,12 @@ On a GPU the kernel is cuDNN's (bfloat16); on this CPU the same call with
 the "xla" implementation checks what can be checked here: that our masking
 is translated into the kernel's causal-plus-length mask exactly, that rows
 it cannot express (left padding, all padding, shifted positions, packed
-segments) go to the chunked implementation, and that values and gradients
-equal plain attention's at every query a loss reads.
+segments) go to the chunked implementation, that values and gradients
+equal plain attention's at every query a loss reads, and that a PPO update
+of a model whose attention goes through the kernel's call is plain's.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +18,9 @@ import pytest
 
 from codeagent_rl.models import attention
 from codeagent_rl.models import transformer as tf
+from codeagent_rl.parallel import sharding
+from codeagent_rl.train import steps
+from tests.models import attention_test as base  # its PPO batch and update
 
 ON_GPU = jax.default_backend() == "gpu"
 # cuDNN runs only bfloat16 / float16; on a CPU, float32 and tight bounds.
@@ -123,3 +129,40 @@ def test_a_cache_prefill_never_uses_the_kernel():
   assert attention.for_cache("fused", 600, 512) == "chunked"
   assert attention.for_cache("fused", 12, 512) == "plain"
   assert attention.for_cache("chunked", 12, 512) == "chunked"
+
+
+@pytest.mark.parametrize("role", ["actor", "critic"])
+def test_a_ppo_update_through_the_kernel_is_the_same_update(monkeypatch, role):
+  # The model picks the platform's kernel; a CPU has none, so the "xla"
+  # implementation of the same call stands in for it (also on a GPU: these
+  # rows are float32, which cuDNN does not take).
+  monkeypatch.setattr(attention, "fused_kernel", lambda dtype: "xla")
+  batch = base._ppo_batch(1)  # noqa: SLF001 (right-padded rows)
+  positions = tf.positions_from_valid(batch.valid)
+  assert bool(attention.index_ordered(positions, batch.valid))
+  cls = tf.Actor if role == "actor" else tf.Critic
+  step = (
+    functools.partial(steps.actor_step, temperature=0.9, vocab_limit=base.VOCAB)
+    if role == "actor"
+    else steps.critic_step
+  )
+  plain_model = cls(base._cfg("plain"))  # noqa: SLF001
+  params = sharding.unbox(
+    plain_model.init(jax.random.key(2), batch.tokens, positions, batch.valid)[
+      "params"
+    ]
+  )
+  if role == "critic":  # a non-zero head, so the trunk moves too
+    head = params["value_head"]["kernel"]
+    params["value_head"]["kernel"] = 0.1 * jnp.ones_like(head)
+  want, want_m = base._update(step, plain_model, params, batch)  # noqa: SLF001
+  fused_model = cls(base._cfg("fused"))  # noqa: SLF001
+  got, got_m = base._update(step, fused_model, params, batch)  # noqa: SLF001
+  for key in want_m:
+    if key.startswith(("loss/", "policy/", "critic/")):
+      np.testing.assert_allclose(got_m[key], want_m[key], rtol=1e-5, atol=1e-6)
+  jax.tree.map(
+    lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6),
+    got,
+    want,
+  )
