@@ -44,17 +44,6 @@ def _rows(kind, b=3, t=24):
   return jnp.asarray(valid), jnp.asarray(positions, jnp.int32)
 
 
-def _qkv(b, t, groups, rng, kv_heads=2, h=16):
-  def draw(*shape):
-    return jnp.asarray(rng.standard_normal(shape), DTYPE)
-
-  return (
-    draw(b, t, kv_heads, groups, h),
-    draw(b, t, kv_heads, h),
-    draw(b, t, kv_heads, h),
-  )
-
-
 def test_which_rows_the_kernels_mask_expresses():
   expected = {
     "causal": True,
@@ -75,7 +64,7 @@ def test_which_rows_the_kernels_mask_expresses():
 def test_fused_equals_plain_where_a_loss_reads(kind, groups):
   rng = np.random.default_rng(groups)
   valid, pos = _rows(kind)
-  q, k, v = _qkv(3, 24, groups, rng)
+  q, k, v = base._qkv(3, 24, 2, groups, 16, rng, DTYPE)  # noqa: SLF001
   # Padding queries are read by no loss; the fallback equals plain there too.
   reads = valid if bool(attention.index_ordered(pos, valid)) else None
   mask = jnp.ones(valid.shape, bool) if reads is None else reads
@@ -111,7 +100,7 @@ def test_fused_equals_plain_where_a_loss_reads(kind, groups):
 def test_without_a_kernel_or_with_segments_fused_is_chunked():
   rng = np.random.default_rng(5)
   valid, pos = _rows("right_padded")
-  q, k, v = _qkv(3, 24, 2, rng)
+  q, k, v = base._qkv(3, 24, 2, 2, 16, rng, DTYPE)  # noqa: SLF001
   segments = jnp.where(jnp.arange(24)[None] < 10, 1, 2) * valid
   chunked = attention.chunked(q, k, v, pos, pos, valid, segments, segments, 8)
   packed = attention.attend("fused", 8, q, k, v, pos, pos, valid, segments)
