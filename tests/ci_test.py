@@ -105,9 +105,16 @@ def test_the_suite_and_its_subprocesses_share_one_compilation_cache():
   # A size limit: jax then locks the cache, so a process never reads an
   # entry another is still writing.
   assert int(jax.config.jax_compilation_cache_max_size) > 0
+  # The lock's writes read the whole directory: only programs worth keeping
+  # go in (conftest.py says what caching every one cost).
+  assert float(jax.config.jax_persistent_cache_min_compile_time_secs) > 0
   proc = processes.run_python(
     "-c",
+    # A program this small compiles faster than the suite's threshold
+    # (conftest.py); this process caches every compilation to show where
+    # its entries land.
     "import jax; print(jax.config.jax_compilation_cache_dir);"
+    " jax.config.update('jax_persistent_cache_min_compile_time_secs', 0);"
     " print(jax.jit(lambda x: x * 3)(2))",
   )
   assert proc.returncode == 0, proc.stderr[-2000:]

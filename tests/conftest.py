@@ -17,12 +17,18 @@ import tempfile
 # small presets; measured on the smoke main job: 104 s with an empty cache,
 # 49 s when a previous run filled it. A size limit turns on jax's file lock,
 # which keeps a reader from seeing an entry half written by another process.
+# With the limit, every write lists and reads the whole directory to decide
+# what to evict, so the cost of a write grows with the entries: caching every
+# compilation (op-by-op dispatch compiles thousands of small programs) made
+# transformer_test's first test take 142 s instead of 6.5 s beside 20,000
+# entries, and the whole suite 1,445 s instead of 1,250 s with programs
+# under 0.5 s of compilation left out (~800 entries at the end).
 # A cache the user set is used and left alone; ours is removed at the end.
 _OWN_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _OWN_CACHE = tempfile.mkdtemp(prefix="codeagent_rl_test_jax_cache_")
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
   os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
