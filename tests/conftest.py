@@ -40,6 +40,15 @@ from tests.helpers import sandboxes  # noqa: E402
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " " + _FLAG
+# The suite's programs are tiny and most of its time is XLA compiling them;
+# LLVM's optimisation of the generated CPU code is most of that. Level 0
+# keeps XLA's own passes (fusion, layout; what decides the numbers up to
+# rounding) and skips LLVM's: attention_test and remat_test took 87 user
+# seconds instead of 143. Subprocesses inherit it (tests/helpers/processes).
+# A level the caller set is kept.
+_OPT_FLAG = "--xla_backend_optimization_level"
+if _OPT_FLAG not in os.environ["XLA_FLAGS"]:
+  os.environ["XLA_FLAGS"] += f" {_OPT_FLAG}=0"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
