@@ -14,6 +14,7 @@ import sys
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+_OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 
 # Makes SIGINT raise KeyboardInterrupt, then runs the module argv[1] as
 # `python -m` does.
@@ -25,12 +26,20 @@ _WITH_CTRL_C = (
 )
 
 
-def one_device_env() -> dict[str, str]:
-  """os.environ without the fake-device flag, on CPU, the repo importable."""
+def one_device_env(llvm_optimised: bool = False) -> dict[str, str]:
+  """os.environ without the fake-device flag, on CPU, the repo importable.
+
+  Args:
+    llvm_optimised: also without conftest.py's optimisation level 0, for a
+      run that spends more time executing than compiling.
+  """
+  dropped = (_DEVICE_COUNT_FLAG,)
+  if llvm_optimised:
+    dropped += (_OPT_LEVEL_FLAG,)
   flags = " ".join(
     f
     for f in os.environ.get("XLA_FLAGS", "").split()
-    if not f.startswith(_DEVICE_COUNT_FLAG)
+    if not f.startswith(dropped)
   )
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["JAX_PLATFORMS"] = "cpu"
@@ -42,14 +51,19 @@ def one_device_env() -> dict[str, str]:
   return env
 
 
-def run_python(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-  """`python *args` from the repository root on one device, output captured."""
+def run_python(
+  *args: str, timeout: float = 600, llvm_optimised: bool = False
+) -> subprocess.CompletedProcess:
+  """`python *args` from the repository root on one device, output captured.
+
+  `llvm_optimised` as in `one_device_env`.
+  """
   return subprocess.run(
     [sys.executable, *args],
     capture_output=True,
     text=True,
     cwd=REPO_ROOT,
-    env=one_device_env(),
+    env=one_device_env(llvm_optimised),
     timeout=timeout,
   )
 
