@@ -301,16 +301,6 @@ def oci_spec(
   }
 
 
-def _pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
-
-
 def delete_containers(runsc: str, state_root: str) -> None:
   """`runsc delete --force` for every container recorded in `state_root`."""
   if not os.path.isdir(state_root):
@@ -348,7 +338,7 @@ def sweep_stale_roots(runsc: str, tmp_dir: str | None = None) -> list[str]:
       pid = int(root.name[len(ROOT_PREFIX) :].split(".")[0])
     except ValueError:
       continue
-    if pid == os.getpid() or _pid_alive(pid):
+    if pid == os.getpid() or worker.pid_alive(pid):
       continue
     delete_containers(runsc, str(root / "state"))
     shutil.rmtree(root, ignore_errors=True)

@@ -42,6 +42,8 @@ UNTRUSTED_GID = 65534
 # a shared "nobody" one job's fork bomb made another sandbox's ordinary
 # fork fail (EAGAIN, seen under pytest-xdist), and one job could signal
 # another sandbox's processes. 2**22 is Linux's largest pid_max.
+# The process backend's scratch directories: `<tmp>/<prefix><host pid>.<...>`.
+SCRATCH_PREFIX = "codeagent_scratch."
 PRIVATE_UID_BASE = 2**30
 PRIVATE_UIDS_PER_PROCESS = 256
 # Forkservers this process started, over all launchers (uids must differ
@@ -86,8 +88,9 @@ def die_with_parent_prefix() -> tuple[str, ...]:
 
   `setpriv --pdeathsig KILL` (util-linux) sets PR_SET_PDEATHSIG and execs
   the command, so no Python runs between fork and exec in this (possibly
-  multi-threaded) process. Empty where setpriv is missing; then only atexit
-  and `gvisor.sweep_stale_roots` clean up after a crashed host.
+  multi-threaded) process. Empty where setpriv is missing; then only atexit,
+  `gvisor.sweep_stale_roots` and `sweep_stale_scratch` clean up after a
+  crashed host.
   """
   setpriv = shutil.which("setpriv")
   if setpriv is None:
@@ -301,6 +304,46 @@ def private_uid(pid: int, count: int) -> int:
   return PRIVATE_UID_BASE + (pid % 2**22) * PRIVATE_UIDS_PER_PROCESS + slot
 
 
+def pid_alive(pid: int) -> bool:
+  """True while a process `pid` exists (someone else's included)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def sweep_stale_scratch(tmp_dir: str | None = None) -> list[str]:
+  """Removes the scratch directories of host processes that are gone.
+
+  A host killed outright (SIGKILL, a Ray actor killed or shut down) runs
+  no clean-up; its forkservers die with it (PR_SET_PDEATHSIG) and leave
+  their directories, `<tmp>/codeagent_scratch.<host pid>.<random>`. Those
+  whose host pid no longer exists are removed; a live pid, even one reused
+  by another program, keeps its directories.
+
+  Args:
+    tmp_dir: where to look (default: the temporary directory).
+
+  Returns:
+    The directories removed.
+  """
+  removed = []
+  base = pathlib.Path(tmp_dir or tempfile.gettempdir())
+  for path in base.glob(SCRATCH_PREFIX + "*"):
+    try:
+      pid = int(path.name[len(SCRATCH_PREFIX) :].split(".")[0])
+    except ValueError:
+      continue
+    if pid == os.getpid() or pid_alive(pid):
+      continue
+    shutil.rmtree(path, ignore_errors=True)
+    removed.append(str(path))
+  return removed
+
+
 class ProcessLauncher:
   """Starts the forkserver as a plain subprocess (the `process` backend).
 
@@ -315,13 +358,14 @@ class ProcessLauncher:
     self._count = 0
     self._lock = threading.Lock()
     self._warned = False
+    sweep_stale_scratch()
 
   def launch(self) -> GuestProcess:
     """Starts one forkserver with a private scratch directory."""
     with self._lock:
       self._count += 1
       name = f"process-sandbox-{self._count}"
-    scratch = tempfile.mkdtemp(prefix="codeagent_scratch.")
+    scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}.")
     as_root = os.geteuid() == 0
     uid = private_uid(os.getpid(), next(_LAUNCHED)) if as_root else None
     if as_root:

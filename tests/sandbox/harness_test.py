@@ -21,6 +21,7 @@ from codeagent_rl.sandbox import config as config_lib
 from codeagent_rl.sandbox import gvisor
 from codeagent_rl.sandbox import harness
 from codeagent_rl.sandbox import jobs
+from codeagent_rl.sandbox import worker
 
 OK = types.JobStatus.OK
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -538,12 +539,47 @@ def test_host_crash_leaves_no_sandbox_and_state_is_swept(tmp_path):
   assert not os.path.exists(root)
 
 
-def test_process_backend_dies_with_its_host(tmp_path):
+def test_process_backend_dies_with_its_host_and_its_scratch_is_swept(
+  tmp_path,
+):
+  live, live_scratch = _start_host("hang", tmp_path, backend="process")
   proc, scratch = _start_host("hang", tmp_path, backend="process")
   assert len(_processes_mentioning(scratch)) >= 2  # server, zygote, spare
-  proc.kill()
+  assert pathlib.Path(scratch).name.startswith(
+    f"{worker.SCRATCH_PREFIX}{proc.pid}."
+  )
+  proc.kill()  # SIGKILL: no atexit, no clean-up of any kind
   proc.wait(timeout=10)
   assert _wait_until_gone(scratch) == []
+  assert os.path.isdir(scratch)  # left behind...
+  try:
+    # ...until a launcher starts: only the dead host's directory goes.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    started = subprocess.run(
+      [
+        sys.executable,
+        "-c",
+        "from codeagent_rl.sandbox import config, worker;"
+        " worker.ProcessLauncher(config.SandboxConfig(backend='process'))",
+      ],
+      cwd=REPO_ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=60,
+    )
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert not os.path.exists(scratch)
+    assert os.path.isdir(live_scratch)
+    # A directory whose name holds no pid is not the sweep's.
+    other = tmp_path / f"{worker.SCRATCH_PREFIX}notapid"
+    other.mkdir()
+    assert worker.sweep_stale_scratch(str(tmp_path)) == []
+    assert other.is_dir() and os.path.isdir(live_scratch)
+  finally:
+    live.kill()
+    live.wait(timeout=10)
+  assert worker.sweep_stale_scratch(str(tmp_path)) == [live_scratch]
 
 
 def test_failed_cleanup_refuses_next_job_which_runs_on_a_replacement():
