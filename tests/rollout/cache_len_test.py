@@ -65,6 +65,11 @@ def _one_call(env_config, fmt):
   return max(env_config.max_tokens_per_turn, obs_chunk)
 
 
+# One worker runs the module's tests, so the rollouts below happen once
+# (each of two workers spent ~9 s on them).
+pytestmark = pytest.mark.xdist_group("cache_len")
+
+
 @pytest.fixture(scope="module")
 def rollouts(module_pool):
   """{(loop, "budget" | "turns"): (rollout, log-probs, compactions)}."""

@@ -18,6 +18,9 @@ from codeagent_rl.models import tokenizer as tokenizer_lib
 from tests.helpers import processes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# One worker runs the module's tests, so the run below happens once: split
+# over two workers each ran it (47 s and 44 s in one suite).
+pytestmark = pytest.mark.xdist_group("repo_e2e")
 
 
 @pytest.fixture(scope="module")
