@@ -163,7 +163,10 @@ step timeout --kill-after=10 "${attention_budget}" \
 # devices cannot run on one GPU and are deselected; CI runs them on CPU.
 # float32 matmuls on the GPU default to TF32, which the tolerances (set on
 # CPU) were not made for: highest precision keeps float32 float32. Workers
-# share the GPU, so none may take 75% of its memory at start.
+# share the GPU, so none may take 75% of its memory at start. conftest.py
+# lowers XLA's backend optimisation to level 0 for the CPU suite's compile
+# times unless a level is set: the GPU's kernels are compiled at XLA's
+# default, 3, as a user's are.
 tests=(tests/models/*_test.py tests/train/steps_test.py)
 mesh_tests=(
   tests/models/sampler_sharding_test.py::test_state_shardings_split_rows_and_kv_heads
@@ -181,7 +184,7 @@ if ((left < 30)); then
   exit 1
 fi
 step env JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
-  XLA_PYTHON_CLIENT_PREALLOCATE=false \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_backend_optimization_level=3 \
   timeout --kill-after=10 "${left}" \
   "${py}" -m pytest -n "${GPU_CHECK_TEST_WORKERS:-8}" -q "${tests[@]}" "${mesh_tests[@]/#/--deselect=}" \
   || { echo "gpu_check: tests exit $?" >&2; status=1; }

@@ -79,6 +79,8 @@ def test_plan_names_the_benchmark_and_tests_that_exist(tmp_path):
         attention_bench.ALL_ATTENTIONS
       )
   assert "JAX_PLATFORMS=cuda" in tests
+  # The tests compile at XLA's default level, not the CPU suite's 0.
+  assert "XLA_FLAGS=--xla_backend_optimization_level=3" in tests
   pytest_args = tests[tests.index("pytest") + 1 :]
   files = [a for a in pytest_args if a.endswith(".py")]
   assert files, pytest_args
