@@ -42,7 +42,6 @@ import functools
 import json
 import logging
 import os
-import pathlib
 import secrets
 import shutil
 import subprocess
@@ -332,14 +331,7 @@ def sweep_stale_roots(runsc: str, tmp_dir: str | None = None) -> list[str]:
     The roots removed.
   """
   removed = []
-  base = pathlib.Path(tmp_dir or tempfile.gettempdir())
-  for root in base.glob(ROOT_PREFIX + "*"):
-    try:
-      pid = int(root.name[len(ROOT_PREFIX) :].split(".")[0])
-    except ValueError:
-      continue
-    if pid == os.getpid() or worker.pid_alive(pid):
-      continue
+  for root in worker.dead_hosts_dirs(ROOT_PREFIX, tmp_dir):
     delete_containers(runsc, str(root / "state"))
     shutil.rmtree(root, ignore_errors=True)
     removed.append(str(root))

@@ -315,6 +315,26 @@ def pid_alive(pid: int) -> bool:
   return True
 
 
+def dead_hosts_dirs(
+  prefix: str, tmp_dir: str | None = None
+) -> list[pathlib.Path]:
+  """`<tmp_dir>/<prefix><pid>.*` whose host process `pid` is gone.
+
+  Names without a pid after the prefix are not a launcher's and are left
+  out, as are this process's and those of any live pid.
+  """
+  found = []
+  base = pathlib.Path(tmp_dir or tempfile.gettempdir())
+  for path in base.glob(prefix + "*"):
+    try:
+      pid = int(path.name[len(prefix) :].split(".")[0])
+    except ValueError:
+      continue
+    if pid != os.getpid() and not pid_alive(pid):
+      found.append(path)
+  return found
+
+
 def sweep_stale_scratch(tmp_dir: str | None = None) -> list[str]:
   """Removes the scratch directories of host processes that are gone.
 
@@ -331,14 +351,7 @@ def sweep_stale_scratch(tmp_dir: str | None = None) -> list[str]:
     The directories removed.
   """
   removed = []
-  base = pathlib.Path(tmp_dir or tempfile.gettempdir())
-  for path in base.glob(SCRATCH_PREFIX + "*"):
-    try:
-      pid = int(path.name[len(SCRATCH_PREFIX) :].split(".")[0])
-    except ValueError:
-      continue
-    if pid == os.getpid() or pid_alive(pid):
-      continue
+  for path in dead_hosts_dirs(SCRATCH_PREFIX, tmp_dir):
     shutil.rmtree(path, ignore_errors=True)
     removed.append(str(path))
   return removed

@@ -147,11 +147,4 @@ def test_a_ppo_update_through_the_kernel_is_the_same_update(monkeypatch, role):
   want, want_m = base._update(step, plain_model, params, batch)  # noqa: SLF001
   fused_model = cls(base._cfg("fused"))  # noqa: SLF001
   got, got_m = base._update(step, fused_model, params, batch)  # noqa: SLF001
-  for key in want_m:
-    if key.startswith(("loss/", "policy/", "critic/")):
-      np.testing.assert_allclose(got_m[key], want_m[key], rtol=1e-5, atol=1e-6)
-  jax.tree.map(
-    lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6),
-    got,
-    want,
-  )
+  base._assert_same_update(got, got_m, want, want_m)  # noqa: SLF001
