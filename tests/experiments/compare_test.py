@@ -569,6 +569,7 @@ def test_smoke_comparison_writes_table_and_plots(tmp_path):
     "--data_seeds=0,1",
     f"--workdir={tmp_path}",
     "--sandbox_backend=process",
+    llvm_optimised=True,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   saved = json.loads((tmp_path / "compare.json").read_text())
@@ -633,6 +634,7 @@ def _check_horizon_bench(run, tmp_path):
     f"--out={out}",
     f"--samples_out={samples}",
     "--sandbox_backend=process",
+    llvm_optimised=True,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   data = json.loads(out.read_text())

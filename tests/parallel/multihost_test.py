@@ -64,7 +64,7 @@ DIVERGENCES = ("kl/", "policy/approx_kl")
 
 def _env(devices: int, **jax_vars: str) -> dict[str, str]:
   """A CPU subprocess's environment with `devices` fake devices."""
-  env = processes.one_device_env()
+  env = processes.one_device_env(llvm_optimised=True)
   for name in ENV_VARS:
     env.pop(name, None)
   flag = f"--xla_force_host_platform_device_count={devices}"

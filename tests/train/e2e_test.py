@@ -306,7 +306,7 @@ def _main(root: str) -> None:
 def runs(tmp_path_factory):
   """Runs `run_all` in a one-device subprocess; (root, records)."""
   root = tmp_path_factory.mktemp("e2e")
-  env = processes.one_device_env()
+  env = processes.one_device_env(llvm_optimised=True)
   proc = subprocess.run(
     [sys.executable, __file__, str(root)],
     cwd=REPO_ROOT,

@@ -36,7 +36,7 @@ def run(tmp_path_factory):
       "--sandbox_backend=process",
     ],
     cwd=REPO_ROOT,
-    env=processes.one_device_env(),
+    env=processes.one_device_env(llvm_optimised=True),
     capture_output=True,
     text=True,
     timeout=900,

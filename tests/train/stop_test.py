@@ -6,7 +6,6 @@ iteration, saves, prints the summary marked as stopped early, and exits
 with 143 so that the scheduler does not read the run as finished.
 """
 
-import os
 import pathlib
 import signal
 import subprocess
@@ -36,7 +35,10 @@ ARGS = (
 
 
 def _start(workdir):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+  env = {
+    **processes.one_device_env(llvm_optimised=True),
+    "PYTHONUNBUFFERED": "1",
+  }
   return subprocess.Popen(
     processes.python_m_with_ctrl_c(
       "codeagent_rl.main", *ARGS, f"--workdir={workdir}"
