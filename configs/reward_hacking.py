@@ -54,8 +54,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.samples_per_task = 1 if smoke else 2
     # The recipe the experiment's numbers (docs/reward_hacking.md) were
     # measured with; configs/tiny.py's default preset has since moved to
-    # 24 iterations and an SFT rate of 1.5e-3 for its own data.
+    # 24 iterations and SFT of 600 steps at 1.5e-3 for its own data.
     config.ppo.iterations = 2 if smoke else 16
+    config.sft.steps = 20 if smoke else 1300
     config.sft.learning_rate = 3e-3
     # The hack demonstrations' probabilities are the experiment's
     # --hack_demos; off here, so the config alone trains honestly.
