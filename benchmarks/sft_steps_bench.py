@@ -1,7 +1,7 @@
 r"""The SFT model's held-out pass@1 as SFT goes on, over seeds.
 
   python -m benchmarks.sft_steps_bench --config=configs/tiny.py \
-    --seeds=0,1,2,3,4 --steps=700,900,1100,1300 --workdir=DIR
+    --seeds=0,1,2,3,4 --steps=600,800,1000,1300 --workdir=DIR
 
 For each seed (the config's `seed`, which also draws its tasks when
 `data.seed` is unset) SFT runs in stages up to each of `--steps`, in
@@ -61,7 +61,7 @@ def define_flags():
   config_flags.DEFINE_config_file("config", None, "The run's config.")
   flags.DEFINE_list("seeds", ["0"], "Seeds (the config's `seed`).")
   flags.DEFINE_list(
-    "steps", ["700", "900", "1100", "1300"], "SFT steps to evaluate at."
+    "steps", ["600", "800", "1000", "1300"], "SFT steps to evaluate at."
   )
   flags.DEFINE_string(
     "workdir", None, "Where each seed's SFT checkpoint goes (seed<N>/)."

@@ -292,7 +292,7 @@ def get_sft_config(preset: str) -> ml_collections.ConfigDict:
   # when is random (initialisation, data order, even thread count). At
   # 1.5e-3 every seed of 0-4 has crossed by step 600. Measured over seeds
   # 0-4 (benchmarks/sft_steps_bench.py, held-out pass@1 A&B greedy /
-  # sampled): 0.47-0.66 / 0.25-0.46 at 600 steps, 0.75-0.78 / 0.49-0.60 at
+  # sampled): 0.47-0.66 / 0.25-0.46 at 600 steps, 0.73-0.78 / 0.49-0.60 at
   # 1300 (the previous default; greedy above 0.7 on most seeds, little left
   # for PPO). 600 steps take ~200 s on an idle 2-core machine.
   sft.steps = 600 if preset == "default" else 20
