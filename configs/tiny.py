@@ -9,7 +9,7 @@ guarded by both anti-cheat stages. The sandbox is configured by absl flags
 (`--sandbox_backend=gvisor` by default; see `--helpfull`).
 
 Presets (the part after the colon):
-  default          the demo (11-19 minutes on 2 cores, most of it SFT)
+  default          the demo (7-8.5 minutes on 2 idle cores)
   smoke            the smallest settings, used by tests (under 2 minutes)
   algo=grpo        the default budget with a critic-free estimator; also
   algo=rloo,       "algo=dr_grpo"; combine with a preset: "smoke,algo=grpo"
@@ -332,10 +332,11 @@ def get_ppo_config(preset: str) -> ml_collections.ConfigDict:
   """PPO: 32 rollouts per iteration (8 tasks x 4 samples)."""
   ppo = ml_collections.ConfigDict()
   # Rollout + update rounds (~9.5 s each on an idle 2-core machine).
-  # Measured from the SFT models of seeds 0, 1, 3, 4, held-out sampled
-  # pass@1 A&B (8 per task) minus SFT's after 16 / 24 / 32 iterations:
-  # +0.092/+0.115/+0.102, +0.084/+0.101/+0.137, +0.095/+0.149/+0.156,
-  # +0.045/+0.107/+0.114. 24 keeps the run inside 15 minutes.
+  # Measured from the 1300-step SFT models of seeds 0, 1, 3, 4 (the
+  # earlier default), held-out sampled pass@1 A&B (8 per task) minus SFT's
+  # after 16 / 24 / 32 iterations: +0.092/+0.115/+0.102,
+  # +0.084/+0.101/+0.137, +0.095/+0.149/+0.156, +0.045/+0.107/+0.114.
+  # From the 600-step models, 24 gain +0.091 to +0.240 (docs/recipe.md).
   ppo.iterations = 24 if preset == "default" else 2
   # Distinct tasks per iteration.
   ppo.prompts_per_iteration = 8 if preset == "default" else 2
