@@ -89,8 +89,9 @@ def pytest_sessionfinish(session, exitstatus):
 # subprocess, a notebook, the multi-host pair), longest first by their CPU
 # seconds in a whole run (measured 2026-12-07). xdist hands tests out in
 # collection order, which is alphabetical, so most of these came last
-# (tests/train/...) and one worker ran the tail alone while the other had
-# nothing left; started first, the short tests fill the gaps.
+# (tests/train/...), where one of them can keep a worker busy for minutes
+# after the other has run out of tests; started first, the short tests
+# fill the gaps.
 HEAVY_FIRST = (
   "tests/parallel/multihost_test.py",
   "tests/train/e2e_test.py",

@@ -34,7 +34,8 @@ def one_device_env(llvm_optimised: bool = False) -> dict[str, str]:
       run that spends more time executing than compiling: main-job runs,
       whose programs the shared compilation cache mostly holds after the
       first (a warm smoke run: 30 user seconds at level 0, 21 at the
-      default; e2e_test 196 -> 179 s, compare_test 139 -> 109 s). Runs that
+      default; e2e_test 196 -> 179 s, compare_test 139 -> 109 s, beside an
+      SFT run on the same 2 cores). Runs that
       only compile keep level 0 (attention_bench_test: 50 s, 66 s at the
       default).
   """
