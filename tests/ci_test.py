@@ -121,34 +121,3 @@ def test_the_suite_and_its_subprocesses_share_one_compilation_cache():
   assert proc.stdout.split() == [cache, "6"]
   # The subprocess's compilation landed in the shared directory.
   assert any(p.name.endswith("-cache") for p in pathlib.Path(cache).iterdir())
-
-
-def test_the_heavy_modules_run_first_and_exist():
-  """conftest.py's HEAVY_FIRST names real modules, and orders the run."""
-  from tests import conftest  # noqa: PLC0415
-
-  heavy = conftest.HEAVY_FIRST
-  assert len(set(heavy)) == len(heavy)
-  for path in heavy:
-    assert (REPO_ROOT / path).is_file(), f"HEAVY_FIRST: {path} is gone"
-
-  class Item:
-    def __init__(self, nodeid):
-      self.nodeid = nodeid
-
-  names = [
-    "tests/a_test.py::test_one",
-    f"{heavy[1]}::test_x",
-    "tests/a_test.py::test_two",
-    f"{heavy[0]}::test_y",
-    f"{heavy[1]}::test_z",
-  ]
-  items = [Item(n) for n in names]
-  conftest.pytest_collection_modifyitems(None, None, items)
-  assert [i.nodeid for i in items] == [
-    f"{heavy[0]}::test_y",
-    f"{heavy[1]}::test_x",
-    f"{heavy[1]}::test_z",
-    "tests/a_test.py::test_one",
-    "tests/a_test.py::test_two",
-  ]

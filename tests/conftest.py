@@ -83,38 +83,3 @@ def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
   if _OWN_CACHE is not None:
     shutil.rmtree(_OWN_CACHE, ignore_errors=True)
-
-
-# Modules whose tests take a minute or more on one worker (a main-job
-# subprocess, a notebook, the multi-host pair), longest first by their CPU
-# seconds in a whole run (measured 2026-12-07). xdist hands tests out in
-# collection order, which is alphabetical, so most of these came last
-# (tests/train/...), where one of them can keep a worker busy for minutes
-# after the other has run out of tests; started first, the short tests
-# fill the gaps.
-HEAVY_FIRST = (
-  "tests/parallel/multihost_test.py",
-  "tests/train/e2e_test.py",
-  "tests/benchmarks_advantage_quality_test.py",
-  "tests/colabs/notebooks_test.py",
-  "tests/experiments/compare_test.py",
-  "tests/experiments/reward_hacking_test.py",
-  "tests/benchmarks_hf_ppo_bench_test.py",
-  "tests/train/collapse_test.py",
-  "tests/train/resume_inputs_test.py",
-  "tests/docs_commands_test.py",
-  "tests/train/repo_e2e_test.py",
-  "tests/train/stop_test.py",
-)
-
-
-def pytest_collection_modifyitems(session, config, items):
-  """Moves the HEAVY_FIRST modules to the front, in that order.
-
-  The sort is stable: the tests of a module keep their order (module
-  fixtures and xdist groups are unaffected), and every worker sorts the
-  same collection the same way, as xdist requires.
-  """
-  del session, config
-  rank = {path: k for k, path in enumerate(HEAVY_FIRST)}
-  items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
