@@ -122,13 +122,7 @@ def seed_rows(
       workdir,
       format_key=fingerprint_lib.tokenizer_digest(exp),
     )
-    evaluator = eval_lib.Evaluator(
-      exp,
-      env,
-      task_sets.eval,
-      batch_size=exp.ppo.rollouts_per_iteration,
-      slots=exp.ppo.rollout_slots,
-    )
+    evaluator = eval_lib.Evaluator.of_run(exp, env, task_sets.eval)
     for n in steps:
       stage = dataclasses.replace(
         exp, sft=dataclasses.replace(exp.sft, steps=n)

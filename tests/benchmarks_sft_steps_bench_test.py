@@ -56,13 +56,7 @@ def _straight(config, seed, steps, workdir):
       format_key=fingerprint.tokenizer_digest(exp),
     )
     params, _ = sft_lib.run_sft(exp, arrays, workdir, mesh, rules)
-    evaluator = eval_lib.Evaluator(
-      exp,
-      env,
-      task_sets.eval,
-      batch_size=exp.ppo.rollouts_per_iteration,
-      slots=exp.ppo.rollout_slots,
-    )
+    evaluator = eval_lib.Evaluator.of_run(exp, env, task_sets.eval)
     scalars = evaluator(params, keys.sft_eval(exp.seed))
   return exp, mesh, rules, params, scalars
 

@@ -226,6 +226,22 @@ class Evaluator:
     self.last_per_task: dict[str, dict[str, list]] = {}
     self.last_episodes: dict[str, list[code_env.EpisodeState]] = {}
 
+  @classmethod
+  def of_run(
+    cls,
+    exp: exp_lib.Experiment,
+    env: code_env.CodeEnv,
+    tasks: Sequence[schema.Task],
+  ) -> Evaluator:
+    """The main job's evaluator: PPO's rollout batch and slots."""
+    return cls(
+      exp,
+      env,
+      tasks,
+      batch_size=exp.ppo.rollouts_per_iteration,
+      slots=exp.ppo.rollout_slots,
+    )
+
   def __call__(self, params: Any, rng: jax.Array) -> dict[str, float]:
     """{"eval/<mode>/pass_a": ..., "eval/<mode>/pass_ab": ..., ...}.
 

@@ -442,13 +442,7 @@ def train_and_evaluate(
       f"SFT: {exp.sft.steps} steps,"
       f" loss {'n/a' if loss is None else f'{float(loss):.4f}'} ({sft_s:.0f} s)"
     )
-    evaluator = eval_lib.Evaluator(
-      exp,
-      env,
-      task_sets.eval,
-      batch_size=exp.ppo.rollouts_per_iteration,
-      slots=exp.ppo.rollout_slots,
-    )
+    evaluator = eval_lib.Evaluator.of_run(exp, env, task_sets.eval)
     key = _sft_eval_key(exp)
     sft_eval = _saved_sft_eval(paths.eval_sft, key)
     if sft_eval is None:
