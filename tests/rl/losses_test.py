@@ -235,6 +235,27 @@ def test_value_loss_hand_worked():
   np.testing.assert_allclose(loss, (0.5 + 0.5 + 1.125) / 3, rtol=1e-6)
 
 
+def test_value_clip_frac_counts_only_values_outside_the_range():
+  # Values inside the range, where old + (v - old) differs from v in the
+  # last bit for a fifth of the pairs: none of them is clipped, whichever
+  # error the rounding makes larger.
+  rng = np.random.default_rng(11)
+  old = (0.1 * rng.standard_normal((8, 64))).astype(np.float32)
+  values = (old + rng.uniform(-0.19, 0.19, old.shape)).astype(np.float32)
+  returns = rng.standard_normal(old.shape).astype(np.float32)
+  mask = np.ones(old.shape, bool)
+  assert np.mean(old + (values - old) != values) > 0.1  # the premise
+  _, diag = losses.clipped_value_loss(values, old, returns, mask, clip_eps=0.2)
+  assert float(diag["value_clip_frac"]) == 0.0
+  # Past the range towards the return on even columns (the clipped error
+  # is the larger there), away from it on odd ones (the unclipped is).
+  even = np.arange(64) % 2 == 0
+  far = np.where(even, old + 0.5, old - 0.5)
+  far_returns = old + 1.0
+  _, diag = losses.clipped_value_loss(far, old, far_returns, mask, clip_eps=0.2)
+  np.testing.assert_allclose(diag["value_clip_frac"], 0.5, rtol=1e-6)
+
+
 def test_value_loss_matches_numpy():
   rng = np.random.default_rng(5)
   d = random_batch(rng)
