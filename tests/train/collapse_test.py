@@ -82,12 +82,15 @@ def _rows(seed):
 TOTAL = np.asarray([1, 0, 1, 0, 0, 1, 1, 0] * 2, np.float32)
 
 
-def _early_turn_outcome_corr(learner):
-  """Correlation over rows of the first turns' mean advantage and outcome.
+@functools.cache
+def _warmed_up(lam_critic):
+  """(batch, actor log-probs, critic values) after a critic warm-up.
 
   The critic is warmed up for one iteration on one batch (actor frozen),
-  then the advantages of another batch come from its values.
+  then reads another batch. Of the advantage settings only `lam_critic`
+  (its targets) changes the warm-up, so the tests share one per value.
   """
+  learner = _learner(lam_critic=lam_critic)
   sft = learner_steps.actor_params_of(learner)
   learner.ref_params = sft
   states = learner.initial_states(sft, jax.random.key(1))
@@ -104,6 +107,15 @@ def _early_turn_outcome_corr(learner):
   tokens, valid = batch.tokens, batch.valid
   logp = learner.log_probs(states[0].params, tokens, valid)
   values, _ = learner.values(states[1].params, tokens, valid, batch.length)
+  return batch, logp, values
+
+
+def _early_turn_outcome_corr(learner):
+  """Correlation over rows of the first turns' mean advantage and outcome.
+
+  The advantages of `_warmed_up`'s batch, from its critic's values.
+  """
+  batch, logp, values = _warmed_up(learner.exp.rl.advantage.lam_critic)
   adv, _, targets = learner.targets(
     TOTAL,
     batch.trainable,
