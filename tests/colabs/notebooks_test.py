@@ -219,6 +219,8 @@ def test_reward_hacking_runs_its_variants(tmp_path):
   # inside its budget on a 2-core machine: the first run's SFT and compiles
   # took 87 s and each later run 20-35 s under load. Each variant's
   # anti-cheat settings are checked in tests/experiments/reward_hacking_test.py.
+  # This is also that module's end-to-end run of the smoke preset: the same
+  # `reward_hacking.experiment` call, on one device in the kernel.
   workdir = tmp_path / "hacking"
   nb = execute(
     "reward_hacking.ipynb",
@@ -228,6 +230,30 @@ def test_reward_hacking_runs_its_variants(tmp_path):
     VARIANTS=["none", "both"],
   )
   out = json.loads((workdir / "reward_hacking.json").read_text())
+  assert set(out) >= {
+    "variants",
+    "seeds",
+    "hack_demos",
+    "runs",
+    "rows",
+    "results",
+    "table",
+    "plot",
+    "seconds",
+  }
+  assert out["table"] == (workdir / "reward_hacking.txt").read_text().strip()
+  assert out["table"] in text_of(nb)
+  assert set(out["runs"]) == {"none/seed0", "both/seed0"}
+  for name, run in out["runs"].items():
+    assert run["iterations"] == 1, name
+    for key in ("oracle/pass", "oracle/hack_rate", "reward/total_mean"):
+      assert run["curves"][key][0] is not None, (name, key)
+    for key in ("eval/greedy/oracle_pass", "eval/sampled/oracle_pass"):
+      assert run["sft_eval"][key] is not None, (name, key)
+      assert run["final_eval"][key] is not None, (name, key)
+  assert set(out["rows"]) == {"none", "both"}
+  assert out["rows"]["both"]["hack_end"]["seeds"] == 1
+  assert (workdir / "reward_hacking.png").stat().st_size > 0
   assert list(out["results"]) == ["none", "both"]
   for variant, result in out["results"].items():
     assert result["iterations"] == 1, variant

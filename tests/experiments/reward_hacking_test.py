@@ -1,9 +1,9 @@
-"""The reward-hacking experiment: its variants, tables and a smoke run.
+"""The reward-hacking experiment: its variants, tables and its command line.
 
-The smoke test runs two variants of configs/reward_hacking.py's smoke
-preset end to end under gVisor; tests/colabs/notebooks_test.py runs
-every variant through colabs/reward_hacking.ipynb. The other tests check the
-variants' configs, the reading of a run and the tables on small inputs.
+These tests check the variants' configs, the reading of a run and the
+tables on small inputs. Two variants of configs/reward_hacking.py's smoke
+preset run end to end (under gVisor where it is installed) through
+colabs/reward_hacking.ipynb, in tests/colabs/notebooks_test.py.
 """
 
 import json
@@ -15,7 +15,6 @@ import pytest
 
 from codeagent_rl.anticheat import config as anticheat_config
 from codeagent_rl.experiments import reward_hacking
-from codeagent_rl.sandbox import config as sandbox_config
 from codeagent_rl.train import experiment
 from codeagent_rl.train import workdir as workdir_lib
 from configs import reward_hacking as reward_hacking_config
@@ -189,56 +188,9 @@ def test_a_run_is_read(tmp_path):
   assert run["hack_demo_share"] == pytest.approx(0.3)
 
 
-def test_the_smoke_preset_runs_end_to_end(tmp_path):
-  config = reward_hacking_config.get_config("smoke")
-  with config.unlocked():
-    config.ppo.iterations = 1
-    config.ppo.eval_every = 1
-
-  def machine(limits):
-    return limits.apply(
-      sandbox_config.SandboxConfig(backend="gvisor", pool_size=2)
-    )
-
-  lines = []
-  out = reward_hacking.experiment(
-    config,
-    ["none", "both"],
-    0.5,
-    tmp_path,
-    machine,
-    console=lines.append,
-    seeds=(0,),
-  )
-  saved = json.loads((tmp_path / reward_hacking.RESULTS).read_text())
-  assert set(saved) >= {
-    "variants",
-    "seeds",
-    "hack_demos",
-    "runs",
-    "rows",
-    "results",
-    "table",
-    "plot",
-    "seconds",
-  }
-  assert saved["table"] == (tmp_path / reward_hacking.TABLE).read_text().strip()
-  assert set(saved["runs"]) == {"none/seed0", "both/seed0"}
-  for name, run in saved["runs"].items():
-    assert run["iterations"] == 1, name
-    for key in ("oracle/pass", "oracle/hack_rate", "reward/total_mean"):
-      assert run["curves"][key][0] is not None, (name, key)
-    for key in ("eval/greedy/oracle_pass", "eval/sampled/oracle_pass"):
-      assert run["sft_eval"][key] is not None, (name, key)
-      assert run["final_eval"][key] is not None, (name, key)
-    assert run["hack_demo_share"] > 0.2, name  # SFT saw the hacks
-  assert set(saved["rows"]) == {"none", "both"}
-  assert saved["rows"]["both"]["hack_end"]["seeds"] == 1
-  # One SFT model for all: the second run restored the first one's.
-  first = (tmp_path / "seed0" / "none" / "sft_data.npz").read_bytes()
-  assert (tmp_path / "seed0" / "both" / "sft_data.npz").read_bytes() == first
-  assert (tmp_path / reward_hacking.PLOT).stat().st_size > 0
-  assert out["table"] in lines
+# The smoke preset end to end (two variants, one SFT model restored by the
+# second, the results file, table and plot) runs as the notebook runs it:
+# tests/colabs/notebooks_test.py::test_reward_hacking_runs_its_variants.
 
 
 def test_the_cli_names_a_bad_variant(tmp_path):
