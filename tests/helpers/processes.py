@@ -15,6 +15,7 @@ import sys
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 _OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
+_EMITTER_FLAG = "--xla_cpu_use_fusion_emitters"  # goes with level 0
 
 # Makes SIGINT raise KeyboardInterrupt, then runs the module argv[1] as
 # `python -m` does.
@@ -30,22 +31,23 @@ def one_device_env(llvm_optimised: bool = False) -> dict[str, str]:
   """os.environ without the fake-device flag, on CPU, the repo importable.
 
   Args:
-    llvm_optimised: also without conftest.py's optimisation level 0, for a
-      run that spends more time executing than compiling: main-job runs,
-      whose programs the shared compilation cache mostly holds after the
-      first (a warm smoke run: 30 user seconds at level 0, 21 at the
-      default; e2e_test 196 -> 179 s, compare_test 139 -> 109 s, beside an
-      SFT run on the same 2 cores). Runs that
-      only compile keep level 0 (attention_bench_test: 50 s, 66 s at the
-      default). Such runs also cache every compilation, however short
-      (conftest.py leaves those under 0.5 s out): a main job's small
-      programs are a few dozen distinct entries, not the thousands of
-      op-by-op dispatch, and the next run of a preset then compiles none of
-      them (e2e_test 160 s -> 138 s alone; a warm smoke run 33 s -> 28 s).
+    llvm_optimised: also without conftest.py's optimisation level 0 (and
+      the fusion emitter choice that goes with it), for a run that spends
+      more time executing than compiling: main-job runs, whose programs
+      the shared compilation cache mostly holds after the first (a warm
+      smoke run: 30 user seconds at level 0, 21 at the default; e2e_test
+      196 -> 179 s, compare_test 139 -> 109 s, beside an SFT run on the
+      same 2 cores). Runs that only compile keep level 0
+      (attention_bench_test: 50 s, 66 s at the default). Such runs also
+      cache every compilation, however short (conftest.py leaves those
+      under 0.5 s out): a main job's small programs are a few dozen
+      distinct entries, not the thousands of op-by-op dispatch, and the
+      next run of a preset then compiles none of them (e2e_test 160 s ->
+      138 s alone; a warm smoke run 33 s -> 28 s).
   """
   dropped = (_DEVICE_COUNT_FLAG,)
   if llvm_optimised:
-    dropped += (_OPT_LEVEL_FLAG,)
+    dropped += (_OPT_LEVEL_FLAG, _EMITTER_FLAG)
   flags = " ".join(
     f
     for f in os.environ.get("XLA_FLAGS", "").split()

@@ -113,8 +113,12 @@ def test_every_policy_computes_the_unrolled_models_values_and_gradients(
   for g, w in zip(
     jax.tree.leaves(grads), jax.tree.leaves(want_grads), strict=True
   ):
-    assert float(jnp.max(jnp.abs(w))) > 0
-    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+    scale = float(jnp.max(jnp.abs(w)))
+    assert scale > 0
+    # Within float32 rounding of the tensor's largest entry: an entry far
+    # smaller than it is a sum that cancelled, and recomputation moves its
+    # last bits by the large terms' rounding (7.6e-5 in a gradient of 530).
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=max(1e-6, 1e-6 * scale))
 
 
 def test_boxed_parameters_give_the_unboxed_result():
