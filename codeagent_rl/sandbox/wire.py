@@ -70,6 +70,10 @@ class FrameError(ValueError):
   """A frame is truncated, too large or not JSON."""
 
 
+class FrameTooLarge(FrameError):
+  """A frame's header announces more bytes than the reader accepts."""
+
+
 def _reject_constant(name: str) -> Any:
   raise ValueError(f"non-finite JSON number {name} (tag it as $float)")
 
@@ -361,7 +365,7 @@ def read_frame(fd: int, max_bytes: int = DEFAULT_MAX_FRAME) -> Any:
     return None
   (size,) = _HEADER.unpack(header)
   if size > max_bytes:
-    raise FrameError(f"frame of {size} bytes exceeds {max_bytes}")
+    raise FrameTooLarge(f"frame of {size} bytes exceeds {max_bytes}")
   data = _read_exact(fd, size)
   if data is None:
     raise FrameError("end of file inside a frame")
@@ -388,7 +392,7 @@ def split_frames(buffer: bytearray, max_bytes: int) -> list[Any]:
   while len(buffer) >= _HEADER.size:
     (size,) = _HEADER.unpack_from(buffer)
     if size > max_bytes:
-      raise FrameError(f"frame of {size} bytes exceeds {max_bytes}")
+      raise FrameTooLarge(f"frame of {size} bytes exceeds {max_bytes}")
     end = _HEADER.size + size
     if len(buffer) < end:
       break

@@ -72,13 +72,30 @@ def assert_crash(result: jobs.JobResult, fragment: str) -> None:
     ),
     ("frame('[1, 2]')", "not an object"),
     ("frame('{\"event\": ')", "not JSON"),
-    ('os.write(3, b"\\xff\\xff\\xff\\xff")', "exceeds"),
   ],
 )
 def test_forged_frames_before_the_tests(pool, forged, fragment):
   result = run(pool, forged + "\ndef f(x):\n  return x\n")
   assert_crash(result, fragment)
   assert all(t.status == "not_run" for t in result.tests), result
+
+
+@pytest.mark.parametrize(
+  "body",
+  [
+    'os.write(3, b"\\xff\\xff\\xff\\xff")\ndef f(x):\n  return x\n',
+    "def f(x):\n  os.write(3, struct.pack('>I', 10 << 20))\n  return x\n",
+    "def f(x):\n  return 'x' * (10 << 20)\n",
+  ],
+  ids=["4GiB-header-first", "10MiB-header-in-a-test", "10MiB-return-value"],
+)
+def test_a_frame_past_the_budget_is_the_output_limit(pool, body):
+  # A frame's header announcing more than the result stream has left, or
+  # its bytes passing that: the same job, whichever the server reads
+  # first (a 10 MiB return value was once reported as a malformed stream).
+  result = run(pool, body)
+  assert result.status == types.JobStatus.OUTPUT_LIMIT, result
+  assert result.tests[0].status != "ok", result
 
 
 @pytest.mark.parametrize(

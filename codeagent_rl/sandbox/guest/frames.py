@@ -19,6 +19,10 @@ class Malformed(Exception):
   """A job process broke the result protocol (its code shares the pipe)."""
 
 
+class OverBudget(Exception):
+  """A result frame announces more bytes than the stream has left."""
+
+
 # Statuses a function job process may report for one test.
 _CHILD_STATUSES = ("ok", "error", "timeout", "memory", "bad_output")
 _ERROR_CHARS = 1000
@@ -158,10 +162,13 @@ def read_frames(cap: Capture, buffer: bytearray, limit: int, now) -> int:
   """Takes the complete frames in `buffer`; returns how many.
 
   Raises:
+    OverBudget: a frame's header announces more than `limit` bytes.
     Malformed: a frame is not what the protocol allows here.
   """
   try:
     frames = wire.split_frames(buffer, limit)
+  except wire.FrameTooLarge as e:
+    raise OverBudget(str(e)) from None
   except wire.FrameError as e:
     raise Malformed(str(e)) from None
   for frame in frames:

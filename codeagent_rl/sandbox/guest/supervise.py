@@ -163,6 +163,12 @@ class Supervision:
         count = frames.read_frames(
           cap, self.buffers[fd], self.budget["result"], now
         )
+      except frames.OverBudget:
+        # The rest of that frame would pass the limit: whether the reader
+        # met its header or its bytes first is a race (a 10 MB return
+        # value was reported both ways under load).
+        cap.killed = "output_limit"
+        return True
       except frames.Malformed as e:
         cap.malformed = str(e)
         return False
