@@ -47,10 +47,7 @@ def execute(name: str, env=None, **params) -> nbformat.NotebookNode:
     kernel_name="python3",
     resources={"metadata": {"path": str(COLABS)}},
   )
-  # Level 0: a notebook's run compiles more than it executes (the
-  # quickstart's kernel spent 66 of its 66 CPU seconds compiling in a
-  # whole-suite run).
-  client.execute(env=env or processes.one_device_env())
+  client.execute(env=env or processes.one_device_env(llvm_optimised=True))
   return nb
 
 
@@ -159,7 +156,7 @@ def test_sandbox_and_judge_explains_each_submission():
 def test_without_gvisor_the_process_backend_is_used_and_says_so(tmp_path):
   """A laptop or Colab: no runsc on the PATH."""
   assert shutil.which("runsc") is not None  # CI installs it
-  env = processes.one_device_env()
+  env = processes.one_device_env(llvm_optimised=True)
   # Each PATH directory that has runsc (/usr/bin, and /bin where it links
   # there) is replaced by a copy of links to everything else it holds.
   dirs = []

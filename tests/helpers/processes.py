@@ -33,17 +33,19 @@ def one_device_env(llvm_optimised: bool = False) -> dict[str, str]:
   Args:
     llvm_optimised: also without conftest.py's optimisation level 0 (and
       the fusion emitter choice that goes with it), for a run that spends
-      more time executing than compiling: main-job runs, whose programs
-      the shared compilation cache mostly holds after the first (a warm
-      smoke run: 30 user seconds at level 0, 21 at the default; e2e_test
-      196 -> 179 s, compare_test 139 -> 109 s, beside an SFT run on the
-      same 2 cores). Runs that only compile keep level 0
-      (attention_bench_test: 50 s, 66 s at the default). Such runs also
-      cache every compilation, however short (conftest.py leaves those
-      under 0.5 s out): a main job's small programs are a few dozen
-      distinct entries, not the thousands of op-by-op dispatch, and the
-      next run of a preset then compiles none of them (e2e_test 160 s ->
-      138 s alone; a warm smoke run 33 s -> 28 s).
+      more time executing than compiling: e2e_test's runs (thirteen in one
+      process, all but the first with their programs in the shared
+      compilation cache; the module took 140 s alone, 161 s at level 0)
+      and advantage_quality's (100 SFT steps; 132 s, 183 s at level 0).
+      Runs that mostly compile keep level 0: multihost_test's three cold
+      runs (75 s alone, 108 s at the default level), stop_test (39 s, 47),
+      the benchmarks that only compile (attention_bench_test: 50 s, 66).
+      Optimised runs also cache every compilation, however short
+      (conftest.py leaves those under 0.5 s out): a main job's small
+      programs are a few dozen distinct entries, not the thousands of
+      op-by-op dispatch, and the next run of a preset then compiles none
+      of them (e2e_test 160 s -> 138 s alone; a warm smoke run 33 s ->
+      28 s).
   """
   dropped = (_DEVICE_COUNT_FLAG,)
   if llvm_optimised:
