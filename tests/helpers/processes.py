@@ -37,9 +37,13 @@ def one_device_env(llvm_optimised: bool = False) -> dict[str, str]:
       process, all but the first with their programs in the shared
       compilation cache; the module took 140 s alone, 161 s at level 0)
       and advantage_quality's (100 SFT steps; 132 s, 183 s at level 0).
-      Runs that mostly compile keep level 0: multihost_test's three cold
-      runs (75 s alone, 108 s at the default level), stop_test (39 s, 47),
-      the benchmarks that only compile (attention_bench_test: 50 s, 66).
+      In a whole suite the cache decides too: stop_test and repo_e2e_test
+      ran faster alone at level 0 (39 s vs 47, 45 vs 50) but slower in the
+      suite (40 s vs 27, 73 vs 60). Runs that mostly compile keep level 0:
+      multihost_test's three cold runs (75 s alone, 108 s at the default
+      level; 129 s vs 180 in the suite), compare_test's (82 s vs 119 in the
+      suite, with its one data seed), the benchmarks that only compile
+      (attention_bench_test: 50 s, 66).
       Optimised runs also cache every compilation, however short
       (conftest.py leaves those under 0.5 s out): a main job's small
       programs are a few dozen distinct entries, not the thousands of

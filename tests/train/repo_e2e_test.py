@@ -36,8 +36,7 @@ def run(tmp_path_factory):
       "--sandbox_backend=process",
     ],
     cwd=REPO_ROOT,
-    # Level 0: the run compiles more than it executes (57 user s, not 67).
-    env=processes.one_device_env(),
+    env=processes.one_device_env(llvm_optimised=True),
     capture_output=True,
     text=True,
     timeout=900,

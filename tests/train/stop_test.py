@@ -36,8 +36,7 @@ ARGS = (
 
 def _start(workdir):
   env = {
-    # Level 0: each run is mostly compiling (the module 39 s instead of 47).
-    **processes.one_device_env(),
+    **processes.one_device_env(llvm_optimised=True),
     "PYTHONUNBUFFERED": "1",
   }
   return subprocess.Popen(
