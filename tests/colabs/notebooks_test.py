@@ -17,6 +17,7 @@ import nbformat
 import pytest
 
 from codeagent_rl.sandbox import harness
+from tests.helpers import presets
 from tests.helpers import processes
 
 COLABS = processes.REPO_ROOT / "colabs"
@@ -201,7 +202,11 @@ def test_ppo_vs_grpo_plots_the_shipped_results():
 @pytest.mark.xdist_group("notebooks")
 def test_quickstart_trains_and_plots(tmp_path):
   workdir = tmp_path / "quickstart"
-  nb = execute("quickstart.ipynb", WORKDIR=str(workdir))
+  # The suite's smaller smoke shapes: e2e_test's runs compile the same
+  # programs, and the notebook's are the same code on other settings.
+  nb = execute(
+    "quickstart.ipynb", WORKDIR=str(workdir), OVERRIDES=presets.SMALL_SMOKE
+  )
   records = [
     json.loads(line)
     for line in (workdir / "metrics.jsonl").read_text().splitlines()

@@ -47,6 +47,7 @@ from codeagent_rl.train import run
 from codeagent_rl.train import workdir as workdir_lib
 from configs import eval_humaneval
 from configs import tiny
+from tests.helpers import presets
 from tests.helpers import processes
 from tests.helpers import sandboxes
 
@@ -68,24 +69,14 @@ PROGRESS = re.compile(r"^it +(\d+)/(\d+) \| reward ")
 def _config(preset="smoke", **overrides):
   """The smoke preset made smaller, plus `section__field` overrides."""
   config = tiny.get_config(preset)
-  config.data.num_train_tasks = 8
-  config.data.num_eval_tasks = 2
-  config.eval.sampled = False
-  config.sft.steps = 4
+  # The shapes every end-to-end run of the suite shares (tests/helpers).
+  config.update_from_flattened_dict(presets.SMALL_SMOKE)
   config.sft.batch_size = 8  # batches split over the 8 test devices
   config.sft.log_every = 2
   config.ppo.iterations = ITERATIONS
   config.ppo.prompts_per_iteration = 2
   config.ppo.samples_per_prompt = 4
-  config.ppo.minibatches = 1
-  config.ppo.micro_batch_size = 8
   config.ppo.eval_every = 2
-  # Shorter episodes (demonstrations that do not fit are dropped; most of
-  # the level-1 ones fit), and one padded length: every batch has the same
-  # shape, so each step compiles once.
-  config.env.max_tokens_per_turn = 160
-  config.env.max_total_tokens = 512
-  config.ppo.length_bucket = 512
   config.checkpoint.save_every = 1
   # Small job limits (the train job applies its config's, whatever the
   # SandboxConfig passed): the tiny model's programs are small.

@@ -14,22 +14,19 @@ import time
 import pytest
 
 from codeagent_rl import main as main_lib
+from tests.helpers import presets
 from tests.helpers import processes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The suite's smaller smoke shapes (tests/helpers/presets.py): e2e_test's
+# runs compile the same programs.
 ARGS = (
   "--config=configs/tiny.py:smoke",
-  "--config.data.num_train_tasks=8",
-  "--config.data.num_eval_tasks=2",
-  "--config.sft.steps=4",
-  "--config.eval.sampled=False",
+  *presets.cli_flags(presets.SMALL_SMOKE),
   "--config.ppo.iterations=40",
   "--config.ppo.prompts_per_iteration=2",
   "--config.ppo.samples_per_prompt=4",
   "--config.ppo.eval_every=1000",
-  "--config.env.max_tokens_per_turn=96",
-  "--config.env.max_total_tokens=384",
-  "--config.ppo.length_bucket=384",
   "--sandbox_backend=process",
 )
 
