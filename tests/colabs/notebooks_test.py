@@ -220,9 +220,9 @@ def test_quickstart_trains_and_plots(tmp_path):
 
 @pytest.mark.xdist_group("notebooks")
 def test_reward_hacking_runs_its_variants(tmp_path):
-  # Two of the four variants (no stage, both stages) keep the notebook
-  # inside its budget on a 2-core machine: the first run's SFT and compiles
-  # took 87 s and each later run 20-35 s under load. Each variant's
+  # Two of the four variants (no stage, both stages) on the smaller shapes
+  # keep the notebook short: 33 s from an empty compilation cache (77 s on
+  # the preset's shapes; 2-core machine, beside other tests). Each variant's
   # anti-cheat settings are checked in tests/experiments/reward_hacking_test.py.
   # This is also that module's end-to-end run of the smoke preset: the same
   # `reward_hacking.experiment` call, on one device in the kernel.
@@ -233,6 +233,13 @@ def test_reward_hacking_runs_its_variants(tmp_path):
     ITERATIONS=1,
     HACK_DEMOS=0.5,
     VARIANTS=["none", "both"],
+    # The suite's smaller smoke shapes; sampled evaluation and the
+    # preset's training tasks (their hack demonstrations) are kept.
+    OVERRIDES={
+      k: v
+      for k, v in presets.SMALL_SMOKE.items()
+      if k not in ("eval.sampled", "data.num_train_tasks")
+    },
   )
   out = json.loads((workdir / "reward_hacking.json").read_text())
   assert set(out) >= {
