@@ -45,6 +45,7 @@ import time
 
 import pytest
 
+from tests.helpers import presets
 from tests.helpers import processes
 
 pytestmark = pytest.mark.xdist_group("multihost")
@@ -55,10 +56,16 @@ EVAL_TASKS = 4
 ARGS = (
   "--config=configs/tiny.py:smoke",
   "--config.rl.kl.coef=0",
-  # Less than the preset's 20 SFT steps and 8 held-out tasks: the runs are
-  # compared, not judged (the module took 122 s instead of 152 s alone).
-  "--config.sft.steps=6",
-  f"--config.data.num_eval_tasks={EVAL_TASKS}",
+  # The suite's smaller smoke shapes (tests/helpers/presets.py), with
+  # sampled evaluation on 4 held-out tasks: the runs are compared, not
+  # judged. One padded length compiles each step once.
+  *presets.cli_flags(
+    {
+      **presets.SMALL_SMOKE,
+      "eval.sampled": True,
+      "data.num_eval_tasks": EVAL_TASKS,
+    }
+  ),
   "--sandbox_backend=process",
 )
 ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_PROCESS_COUNT", "JAX_PROCESS_ID")
