@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from codeagent_rl import jit_cache
 from codeagent_rl import types
 from codeagent_rl.anticheat import config as config_lib
 from codeagent_rl.anticheat import features as features_lib
@@ -121,9 +122,10 @@ class AntiCheat:
     self.config = config
     self.params = params
     self._device_params = jax.device_put(params)
-    self._stages = jax.jit(functools.partial(_both_stages, cfg=config))
-    self._skip = jax.jit(functools.partial(stage1_lib.should_skip, cfg=config))
-    self._summary = jax.jit(functools.partial(stage1_lib.summary, cfg=config))
+    # Shared with earlier pipelines of an equal config in this process.
+    self._stages = jit_cache.jit(_both_stages, cfg=config)
+    self._skip = jit_cache.jit(stage1_lib.should_skip, cfg=config)
+    self._summary = jit_cache.jit(stage1_lib.summary, cfg=config)
 
   @classmethod
   def from_config(cls, config: config_lib.AntiCheatConfig) -> AntiCheat:

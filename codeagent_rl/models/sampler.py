@@ -45,6 +45,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 import numpy as np
 
+from codeagent_rl import jit_cache
 from codeagent_rl.models import transformer
 
 _NEG_INF = -1e30
@@ -680,11 +681,8 @@ class Sampler:
     self._model_cfg = model_cfg
     self.cfg = cfg
     self.rules = rules
-    self._extend_fn = functools.partial(extend, model=model)
-    self._decode_fn = functools.partial(
-      decode, model=model, cfg=cfg, pad_id=pad_id
-    )
-    self._restart_fn = functools.partial(restart, model=model)
+    self._model = model
+    self._pad_id = pad_id
     # Jitted (extend, decode) per layout of the state (a `DecodeState` of
     # shardings): their output stays in it, call after call.
     self._steps: dict[DecodeState, tuple[Any, Any]] = {}
@@ -733,9 +731,12 @@ class Sampler:
     """
     key = (batch, max_len, sharding)
     if key not in self._empty:
-      self._empty[key] = jax.jit(
-        functools.partial(empty_state, self._model_cfg, batch, max_len),
-        out_shardings=sharding,
+      self._empty[key] = jit_cache.jit(
+        empty_state,
+        self._model_cfg,
+        batch,
+        max_len,
+        jit_kwargs={"out_shardings": sharding},
       )
     return self._empty[key]()
 
@@ -748,25 +749,49 @@ class Sampler:
         tokens=rows, log_probs=rows, lengths=rows, stopped=rows
       )
       self._steps[layout] = (
-        jax.jit(self._extend_fn, out_shardings=layout, donate_argnums=(1,)),
-        jax.jit(
-          self._decode_fn, out_shardings=(layout, out), donate_argnums=(1,)
+        jit_cache.jit(
+          extend,
+          jit_kwargs={"out_shardings": layout, "donate_argnums": (1,)},
+          model=self._model,
         ),
+        self._decode_jit(layout, out, None),
       )
     return self._steps[layout]
+
+  def _decode_jit(self, layout, out, part):
+    """`decode` jitted to return the state in `layout`, its output in `out`.
+
+    Shared with every sampler of equal settings in this process (see
+    codeagent_rl/jit_cache.py), as the other steps are.
+    """
+    kwargs = {} if part is None else {"part": part}
+    return jit_cache.jit(
+      decode,
+      jit_kwargs={"out_shardings": (layout, out), "donate_argnums": (1,)},
+      model=self._model,
+      cfg=self.cfg,
+      pad_id=self._pad_id,
+      **kwargs,
+    )
 
   def _row_jitted(self, state: DecodeState) -> _RowSteps:
     """`restart`, `reset_rows`, `compact`, jitted like `_jitted`'s."""
     layout = jax.tree.map(lambda x: x.sharding, state)
     if layout not in self._row_steps:
       self._row_steps[layout] = _RowSteps(
-        restart=jax.jit(
-          self._restart_fn, out_shardings=layout, donate_argnums=(1,)
+        restart=jit_cache.jit(
+          restart,
+          jit_kwargs={"out_shardings": layout, "donate_argnums": (1,)},
+          model=self._model,
         ),
-        reset_rows=jax.jit(
-          reset_rows, out_shardings=layout, donate_argnums=(0,)
+        reset_rows=jit_cache.jit(
+          reset_rows,
+          jit_kwargs={"out_shardings": layout, "donate_argnums": (0,)},
         ),
-        compact=jax.jit(compact, out_shardings=layout, donate_argnums=(0,)),
+        compact=jit_cache.jit(
+          compact,
+          jit_kwargs={"out_shardings": layout, "donate_argnums": (0,)},
+        ),
       )
     return self._row_steps[layout]
 
@@ -813,11 +838,7 @@ class Sampler:
         out = SampleOutput(
           tokens=rows, log_probs=rows, lengths=rows, stopped=rows
         )
-        self._part_decode[layout, part] = jax.jit(
-          functools.partial(self._decode_fn, part=part),
-          out_shardings=(layout, out),
-          donate_argnums=(1,),
-        )
+        self._part_decode[layout, part] = self._decode_jit(layout, out, part)
       decode_fn = self._part_decode[layout, part]
     return decode_fn(params, state, rng, budgets, stop_ids)
 

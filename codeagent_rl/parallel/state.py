@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from codeagent_rl import config_utils
+from codeagent_rl import jit_cache
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import distributed
 from codeagent_rl.parallel import mesh as mesh_lib
@@ -110,10 +111,16 @@ class OptimConfig:
     return config_utils.from_section(cls, section, "optim")
 
 
+# Cached: an optimiser is a pair of closures, compared by identity, and
+# jitted steps that bind it are shared by equal bindings (jit_cache.py).
+@functools.lru_cache(maxsize=64)
 def make_optimizer(
   config: OptimConfig, learning_rate: float
 ) -> optax.GradientTransformation:
-  """Global-norm clipping then AdamW at `learning_rate` (see `OptimConfig`)."""
+  """Global-norm clipping then AdamW at `learning_rate` (see `OptimConfig`).
+
+  Equal arguments give the same object (optax transformations are pure).
+  """
   warmup = config.warmup_steps
   if not warmup and not config.decay_steps:
     schedule = learning_rate
@@ -308,15 +315,15 @@ def _jit_states(
   shardings = train_state_shardings(
     model_cfg, optim_cfg, mesh, rules, critic_cfg
   )
-  init = functools.partial(
+  return jit_cache.jit(
     states_fn,
+    jit_kwargs={"out_shardings": shardings},
     actor=actor,
     critic=critic,
     actor_tx=actor_tx,
     critic_tx=critic_tx,
     critic_init=critic_init,
   )
-  return jax.jit(init, out_shardings=shardings)
 
 
 def _init_states(

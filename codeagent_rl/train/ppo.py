@@ -77,6 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from codeagent_rl import jit_cache
 from codeagent_rl import types
 from codeagent_rl.anticheat import monitors
 from codeagent_rl.anticheat import pipeline
@@ -212,6 +213,36 @@ def _stacked_means(parts: list[dict[str, jax.Array]]) -> dict[str, float]:
   }
 
 
+def _ref_log_probs(
+  params,
+  tokens,
+  valid,
+  pack=None,
+  *,
+  on_device,
+  model,
+  temperature,
+  vocab_limit,
+  num_groups,
+) -> jax.Array:
+  """`steps.actor_log_probs` of host-resident reference params.
+
+  They stream to the devices inside the computation (`on_device`: the
+  actor's param shardings), layer shards where the actor's are.
+  """
+  params = jax.device_put(params, on_device)
+  return steps.actor_log_probs(
+    params,
+    tokens,
+    valid,
+    model=model,
+    temperature=temperature,
+    vocab_limit=vocab_limit,
+    pack=pack,
+    num_groups=num_groups,
+  )
+
+
 def _value_after_last(params, tokens, valid, length, *, model) -> jax.Array:
   """[B] the critic's value after each row's last valid token.
 
@@ -283,47 +314,38 @@ class Learner:
     groups = exp.ppo.rollouts_per_iteration // exp.ppo.logprob_micro_batch_size
     self._logprob_groups = groups
     self.sampler = eval_lib.make_sampler(exp, temperature)
-    # Outputs laid out like the batch (the epochs' input sharding), also
-    # when a packed forward's scatter back would leave them otherwise.
-    self.log_probs = jax.jit(
-      functools.partial(
-        steps.actor_log_probs,
+    # Programs are shared with earlier learners of equal settings in this
+    # process (codeagent_rl/jit_cache.py). Outputs laid out like the batch (the
+    # epochs' input sharding), also when a packed forward's scatter back
+    # would leave them otherwise.
+    by_batch = {"out_shardings": self.batch_sharding}
+    self.log_probs = jit_cache.jit(
+      steps.actor_log_probs,
+      jit_kwargs=by_batch,
+      model=actor,
+      temperature=temperature,
+      vocab_limit=vocab_limit,
+      num_groups=groups,
+    )
+    self.values = jit_cache.jit(
+      steps.critic_values, jit_kwargs=by_batch, model=critic, num_groups=groups
+    )
+    self._ref_log_probs = (
+      jit_cache.jit(
+        _ref_log_probs,
+        jit_kwargs=by_batch,
+        on_device=jax.tree.map(
+          lambda s: s.with_memory_kind("device"), self.shardings[0].params
+        ),
         model=actor,
         temperature=temperature,
         vocab_limit=vocab_limit,
-        num_groups=groups,
-      ),
-      out_shardings=self.batch_sharding,
-    )
-    self.values = jax.jit(
-      functools.partial(steps.critic_values, model=critic, num_groups=groups),
-      out_shardings=self.batch_sharding,
-    )
-    on_device = jax.tree.map(
-      lambda s: s.with_memory_kind("device"), self.shardings[0].params
-    )
-
-    def ref_log_probs(params, tokens, valid, pack=None):
-      # Host-resident reference params stream to the devices inside the
-      # computation, layer shards where the actor's are.
-      params = jax.device_put(params, on_device)
-      return steps.actor_log_probs(
-        params,
-        tokens,
-        valid,
-        model=actor,
-        temperature=temperature,
-        vocab_limit=vocab_limit,
-        pack=pack,
         num_groups=groups,
       )
-
-    self._ref_log_probs = (
-      jax.jit(ref_log_probs, out_shardings=self.batch_sharding)
       if exp.ppo.reference_on_host
       else self.log_probs
     )
-    self.targets = jax.jit(functools.partial(steps.targets, rl=exp.rl))
+    self.targets = jit_cache.jit(steps.targets, rl=exp.rl)
     # Value pre-training regresses the critic on Monte-Carlo returns:
     # lambda 1 (VAPO), whatever lambdas PPO's advantages and targets use.
     monte_carlo = dataclasses.replace(
@@ -332,19 +354,15 @@ class Learner:
         exp.rl.advantage, lam=1.0, lam_critic=1.0, lam_length_alpha=0.0
       ),
     )
-    self._mc_targets = jax.jit(functools.partial(steps.targets, rl=monte_carlo))
+    self._mc_targets = jit_cache.jit(steps.targets, rl=monte_carlo)
     self.explained_variance = jax.jit(losses.explained_variance)
     self.value_by_depth = jax.jit(diagnostics.value_by_depth)
     self._no_values = jax.jit(steps.no_values)
-    self.prefix_values = jax.jit(
-      functools.partial(_value_after_last, model=critic)
-    )
-    self._order = jax.jit(
-      functools.partial(
-        steps.epoch_order,
-        rows=exp.ppo.rollouts_per_iteration,
-        minibatches=exp.ppo.minibatches,
-      )
+    self.prefix_values = jit_cache.jit(_value_after_last, model=critic)
+    self._order = jit_cache.jit(
+      steps.epoch_order,
+      rows=exp.ppo.rollouts_per_iteration,
+      minibatches=exp.ppo.minibatches,
     )
     self._num_micro = num_micro
     # Packed rows are split over the batch's mesh axes like padded ones.
@@ -376,24 +394,24 @@ class Learner:
     # One compiled epoch for iterations that train the actor, one for those
     # that do not (critic warm-up, flat rewards).
     self._epochs = {
-      trains: jax.jit(
-        functools.partial(
-          steps.ppo_epoch,
-          actor_step=actor_step if trains else None,
-          critic_step=critic_step,
-          minibatches=exp.ppo.minibatches,
-          batch_sharding=self.batch_sharding,
-        ),
-        in_shardings=(
-          actor_sh,
-          critic_in,
-          self.batch_sharding,
-          None,
-          None,
-          None,
-        ),
-        out_shardings=(actor_sh, critic_in, None),
-        donate_argnums=(0, 1),
+      trains: jit_cache.jit(
+        steps.ppo_epoch,
+        jit_kwargs={
+          "in_shardings": (
+            actor_sh,
+            critic_in,
+            self.batch_sharding,
+            None,
+            None,
+            None,
+          ),
+          "out_shardings": (actor_sh, critic_in, None),
+          "donate_argnums": (0, 1),
+        },
+        actor_step=actor_step if trains else None,
+        critic_step=critic_step,
+        minibatches=exp.ppo.minibatches,
+        batch_sharding=self.batch_sharding,
       )
       for trains in (True, False)
     }

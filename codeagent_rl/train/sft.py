@@ -14,7 +14,6 @@ is an error: it is neither trained over nor deleted.
 
 from __future__ import annotations
 
-import functools
 import os
 import pathlib
 import time
@@ -24,6 +23,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from codeagent_rl import jit_cache
 from codeagent_rl.models import hf_import
 from codeagent_rl.models import transformer
 from codeagent_rl.parallel import checkpoint as ckpt_lib
@@ -264,11 +264,17 @@ def _train(
   batch_sharding = sharding.batch_sharding(mesh, rules)
   # The rows of each batch this process feeds (all, with one process).
   mine = sharding.process_rows(batch_sharding, cfg.batch_size)
-  step_fn = jax.jit(
-    functools.partial(steps.sft_step, model=model, tx=tx, num_micro=num_micro),
-    in_shardings=(shardings, batch_sharding, None),
-    out_shardings=(shardings, None),
-    donate_argnums=(0,),
+  # Shared with earlier SFT runs of equal settings in this process.
+  step_fn = jit_cache.jit(
+    steps.sft_step,
+    jit_kwargs={
+      "in_shardings": (shardings, batch_sharding, None),
+      "out_shardings": (shardings, None),
+      "donate_argnums": (0,),
+    },
+    model=model,
+    tx=tx,
+    num_micro=num_micro,
   )
   batches = length_grouped_batches(
     arrays["valid"].sum(axis=1),

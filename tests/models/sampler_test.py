@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from codeagent_rl import jit_cache
 from codeagent_rl.models import sampler as sampler_lib
 from codeagent_rl.models import transformer as tf
 from tests.helpers import models
@@ -195,6 +196,9 @@ def test_sampling_follows_the_distribution():
 
 def test_sampled_decode_is_reproducible_and_traces_once(params):
   chex.clear_trace_counter()
+  # Samplers of equal settings share their jitted steps; this one's start
+  # without the shapes earlier tests compiled.
+  jit_cache.clear()
   cfg = sampler_lib.SamplerConfig(
     temperature=1.0, top_k=10, top_p=0.9, max_new_tokens=5
   )
