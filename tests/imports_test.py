@@ -21,8 +21,18 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "codeagent_rl"
 # Bottom to top. A unit is the first package level below codeagent_rl, or
 # a longer dotted prefix where a subpackage has a layer of its own.
 LAYERS = (
-  # Stdlib-only helpers every layer may use (cli: absl flags too).
-  ("status", "plain_repr", "solved", "config_utils", "logs", "jsonl", "cli"),
+  # Stdlib-only helpers every layer may use (cli: absl flags too;
+  # jit_cache: jax.jit, shared by equal settings).
+  (
+    "status",
+    "plain_repr",
+    "solved",
+    "config_utils",
+    "logs",
+    "jsonl",
+    "cli",
+    "jit_cache",
+  ),
   # The pytrees; the sandbox (imports nothing of the project above this).
   ("types", "sandbox"),
   # Tasks (schema, families, judge, suite B) run code in the sandbox; the
@@ -47,7 +57,7 @@ LAYERS = (
 # Units that must not import anything host-side (I/O, sandbox, tasks ...).
 PURE = {
   "rl": {"status", "config_utils", "types"},
-  "models": {"status", "config_utils"},
+  "models": {"status", "config_utils", "jit_cache"},
   "anticheat.stage1": {"status", "config_utils", "types", "anticheat"},
   "anticheat.stage2": {"status", "config_utils", "types", "anticheat"},
 }
