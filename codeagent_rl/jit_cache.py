@@ -49,7 +49,7 @@ def _key(x: Any) -> Any:
     return ("partial", x.func, _key(x.args), _key(x.keywords))
   if isinstance(x, dict):
     return ("dict", tuple(sorted((k, _key(v)) for k, v in x.items())))
-  if isinstance(x, (list, tuple)) and type(x) in (list, tuple):
+  if type(x) in (list, tuple):  # not named tuples: those hash as they are
     return (type(x).__name__, tuple(_key(v) for v in x))
   try:
     hash(x)
