@@ -4,6 +4,7 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -121,3 +122,76 @@ def test_the_suite_and_its_subprocesses_share_one_compilation_cache():
   assert proc.stdout.split() == [cache, "6"]
   # The subprocess's compilation landed in the shared directory.
   assert any(p.name.endswith("-cache") for p in pathlib.Path(cache).iterdir())
+
+
+# Two fake devices; device 0's share of a psum arrives DELAY_S late (an
+# io_callback sleeps), as a starved device thread's does on a loaded machine.
+_LATE_DEVICE = """
+import sys, time
+import numpy as np
+import jax
+from jax.experimental import io_callback
+from jax.sharding import Mesh, PartitionSpec as P
+
+def late(i):
+  if int(i) == 0:
+    time.sleep(float(sys.argv[1]))
+  return np.float32(0)
+
+def f(x):
+  z = io_callback(late, jax.ShapeDtypeStruct((), np.float32),
+                  jax.lax.axis_index("x"))
+  return jax.lax.psum(x + z, "x")
+
+mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
+g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P()))
+print(float(g(np.arange(2.0, dtype=np.float32))[0]))
+"""
+
+
+def _late_device_run(flags: list[str], delay_s: float) -> subprocess.Popen:
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env["XLA_FLAGS"] = " ".join(
+    [
+      *(
+        f
+        for f in env.get("XLA_FLAGS", "").split()
+        if not f.startswith("--xla_force_host_platform_device_count")
+      ),
+      "--xla_force_host_platform_device_count=2",
+      # Warn after 1 s instead of 20, so the timeouts below count from there.
+      "--xla_cpu_collective_call_warn_stuck_timeout_seconds=1",
+      *flags,
+    ]
+  )
+  return subprocess.Popen(
+    [sys.executable, "-c", _LATE_DEVICE, str(delay_s)],
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+
+
+def test_a_slow_collective_rendezvous_does_not_abort_the_suite():
+  """conftest.py lifts XLA:CPU's rendezvous termination timeout.
+
+  XLA aborts a process whose collective waits past its timeout (40 s after
+  the 20 s warning by default). The flag that governs it is checked by
+  effect: at 1 s the late device aborts the run, at the suite's value it
+  does not.
+  """
+  flag = "--xla_cpu_collective_call_terminate_timeout_seconds"
+  suite_flags = [
+    f for f in os.environ["XLA_FLAGS"].split() if f.startswith(flag + "=")
+  ]
+  assert len(suite_flags) == 1, os.environ["XLA_FLAGS"]
+  assert int(suite_flags[0].split("=")[1]) >= 300
+  aborted = _late_device_run([f"{flag}=1"], 4.0)
+  survived = _late_device_run([], 4.0)  # the suite's own value, inherited
+  out, err = aborted.communicate(timeout=120)
+  assert aborted.returncode != 0, out
+  assert "Termination timeout" in err, err[-2000:]
+  out, err = survived.communicate(timeout=120)
+  assert survived.returncode == 0, err[-2000:]
+  assert out.split() == ["1.0"], out

@@ -58,6 +58,17 @@ if _OPT_FLAG not in os.environ["XLA_FLAGS"]:
 _EMITTER_FLAG = "--xla_cpu_use_fusion_emitters"
 if _EMITTER_FLAG not in os.environ["XLA_FLAGS"]:
   os.environ["XLA_FLAGS"] += f" {_EMITTER_FLAG}=false"
+# XLA:CPU aborts the process when a collective's participants (here the
+# fake devices' threads) have not all arrived 60 s after the first (warning
+# at 20 s, termination 40 s later): measured with one device held back by a
+# callback, the abort reads "Fatal Python error: Aborted" with the main
+# thread in `Array._value`. A loaded 2-core machine running the other
+# worker's subprocesses and sandboxes can starve one of 8 device threads
+# that long (a CI run lost a worker that way in collapse_test); a slow
+# rendezvous is not a deadlock, so the suite waits up to 10 minutes.
+_RENDEZVOUS_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
+if _RENDEZVOUS_FLAG not in os.environ["XLA_FLAGS"]:
+  os.environ["XLA_FLAGS"] += f" {_RENDEZVOUS_FLAG}=600"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
