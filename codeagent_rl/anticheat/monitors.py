@@ -350,7 +350,7 @@ def alarm_metrics(
 
 
 class Watcher:
-  """The trainer's alarms, iteration by iteration (`ppo.run_ppo` calls it).
+  """The trainer's alarms, iteration by iteration (`ppo_loop.run_ppo` calls it).
 
   Each call runs `check` on the history and returns `alarm_metrics` of the
   alarms at its last iteration. An alarm is warned about when it starts

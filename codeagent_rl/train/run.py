@@ -51,6 +51,7 @@ from codeagent_rl.train import fingerprint as fingerprint_lib
 from codeagent_rl.train import keys
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
+from codeagent_rl.train import ppo_loop
 from codeagent_rl.train import sft as sft_lib
 from codeagent_rl.train import summary as summary_lib
 from codeagent_rl.train import task_audit
@@ -474,7 +475,7 @@ def train_and_evaluate(
       else metrics_lib.NullWriter()
     )
     with writer:
-      result = ppo_lib.run_ppo(
+      result = ppo_loop.run_ppo(
         learner,
         task_sets.train,
         sft_params,
@@ -504,7 +505,7 @@ def train_and_evaluate(
     )
   # The others read what process 0 wrote (metrics, evaluations).
   distributed.barrier("final evaluation written")
-  records = ppo_lib.writer_history(paths.root)
+  records = ppo_loop.writer_history(paths.root)
   if not final_eval:  # resumed a finished run: nothing was evaluated
     final_eval = summary_lib.last_eval(records)
   pairs = summary_lib.paired(

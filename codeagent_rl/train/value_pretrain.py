@@ -2,7 +2,7 @@
 
 A critic copied from the actor's trunk with a zero value head starts far
 from the returns, and its early errors would be the actor's advantages.
-`pretrain_value` runs before the first PPO iteration (`ppo.run_ppo`) with
+`pretrain_value` runs before the first PPO iteration (`ppo_loop.run_ppo`) with
 the actor frozen; see its docstring.
 """
 
@@ -52,7 +52,7 @@ def pretrain_value(
   One JSON line per round goes to `path`, rewritten after every round (a
   stopped run keeps the rounds it did: the record of a 30-round run
   killed at round 10 is what says its explained variance was flat);
-  `ppo.run_ppo` then saves the pre-trained critic as checkpoint step 0,
+  `ppo_loop.run_ppo` then saves the pre-trained critic as checkpoint step 0,
   which a resumed run starts from (an interrupted pre-training starts
   again).
 

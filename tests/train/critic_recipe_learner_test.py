@@ -1,4 +1,4 @@
-"""The critic's recipe through `ppo.Learner` and `ppo.run_ppo`.
+"""The critic's recipe through `ppo.Learner` and `ppo_loop.run_ppo`.
 
 A test-aware critic leaves the actor's forwards untouched; dynamic sampling
 draws rounds until groups with a reward spread fill the batch (or its cap),
@@ -24,6 +24,7 @@ from codeagent_rl.train import experiment
 from codeagent_rl.train import keys
 from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import ppo as ppo_lib
+from codeagent_rl.train import ppo_loop
 from codeagent_rl.train import workdir as workdir_lib
 from configs import tiny
 from tests.helpers import learner_steps
@@ -276,7 +277,7 @@ def test_dynamic_sampling_in_an_iteration_and_the_sampling_budget(
 
   def more(r):
     asked.append(r)
-    return ppo_lib._dynamic_round_prompts(train, exp, 0, r)  # noqa: SLF001
+    return ppo_loop._dynamic_round_prompts(train, exp, 0, r)  # noqa: SLF001
 
   collected = learner.collect(
     states[0].params,
@@ -306,7 +307,7 @@ def test_dynamic_sampling_in_an_iteration_and_the_sampling_budget(
     == (scalars["dynamic_sampling/tokens_sampled"])
   )
   # The second round's prompts are drawn by their own salt.
-  again = ppo_lib._dynamic_round_prompts(train, exp, 0, 1)  # noqa: SLF001
+  again = ppo_loop._dynamic_round_prompts(train, exp, 0, 1)  # noqa: SLF001
   assert [t.task_id for t in again] == [t.task_id for t in more(1)]
 
 
@@ -330,7 +331,7 @@ def test_the_pre_trained_critic_is_saved_and_not_pre_trained_again(
     writer=metrics_lib.NullWriter(),
     console=lines.append,
   )
-  ppo_lib.run_ppo(learner, train, sft, tmp_path, iterations=0, **common)
+  ppo_loop.run_ppo(learner, train, sft, tmp_path, iterations=0, **common)
   assert [line.split("|")[0].strip() for line in lines] == [
     "value pretrain 1/2",
     "value pretrain 2/2",
@@ -338,7 +339,7 @@ def test_the_pre_trained_critic_is_saved_and_not_pre_trained_again(
   paths = workdir_lib.Workdir(tmp_path)
   assert len(paths.value_pretrain.read_text().splitlines()) == 2
   lines.clear()
-  result = ppo_lib.run_ppo(
+  result = ppo_loop.run_ppo(
     learner, train, sft, tmp_path, iterations=0, **common
   )
   assert lines == [] and result.iterations_done == 0
@@ -369,7 +370,7 @@ def test_a_stopped_pre_training_keeps_the_rounds_it_did(module_pool, tmp_path):
 
   learner.iteration = stopping
   with pytest.raises(KeyboardInterrupt):
-    ppo_lib.run_ppo(
+    ppo_loop.run_ppo(
       learner,
       train,
       sft,

@@ -550,7 +550,7 @@ def test_stop_request_saves_and_returns(runs):
   assert [r["iteration"] for r in _metrics(root / "stop")] == [0]
   assert _latest_step(root / "stop")[0] == 1, (
     "a stop requested after the iteration's save point must still save"
-    " (ppo.run_ppo: save again when stop.requested breaks the loop)"
+    " (ppo_loop.run_ppo: save again when stop.requested breaks the loop)"
   )
 
 
