@@ -29,7 +29,8 @@ EXTRAS_REQUIRE = {
   # What `bash .ci/run` needs; ruff is pinned exactly because a formatter
   # release may reformat code and the lint test runs `ruff format --check`.
   "test": [
-    "pytest>=8,<10",
+    # 9: faulthandler_exit_on_timeout (pyproject.toml).
+    "pytest>=9,<10",
     "pytest-xdist>=3.5,<4",
     "ruff==0.17.6",
     # tests/models/tokenizer_test.py builds tiny HF tokenizers.

@@ -195,3 +195,66 @@ def test_a_slow_collective_rendezvous_does_not_abort_the_suite():
   out, err = survived.communicate(timeout=120)
   assert survived.returncode == 0, err[-2000:]
   assert out.split() == ["1.0"], out
+
+
+_HANGS = """
+import os
+import time
+
+import pytest
+
+
+@pytest.mark.parametrize("i", range(8))
+def test_before(i):
+  time.sleep(0.05)
+
+
+def test_hangs():
+  time.sleep(3600)
+
+
+@pytest.mark.xdist_group("group")
+@pytest.mark.parametrize("i", range(6))
+def test_grouped(i):
+  time.sleep(0.05)
+
+
+@pytest.mark.parametrize("i", range(8))
+def test_after(i):
+  time.sleep(0.05)
+"""
+
+
+def test_a_hung_test_ends_the_run_with_its_stack(tmp_path):
+  """The suite's own pytest settings turn a hang into a prompt failure.
+
+  pyproject.toml's timeout kills the worker that runs a hung test, and with
+  loadgroup scheduling xdist would then wait forever for the dead worker's
+  share (it did so after a crash until CI's 90-minute limit) unless no
+  worker is replaced.
+  """
+  (tmp_path / "hang_test.py").write_text(_HANGS)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "pytest",
+      "-c",
+      str(REPO_ROOT / "pyproject.toml"),
+      "--rootdir",
+      str(tmp_path),
+      "-n",
+      "2",
+      "-o",
+      "faulthandler_timeout=3",
+      str(tmp_path / "hang_test.py"),
+    ],
+    capture_output=True,
+    text=True,
+    check=False,
+    timeout=120,
+  )
+  out = proc.stdout + proc.stderr
+  assert proc.returncode == 1, out[-3000:]
+  assert "Timeout" in out and "test_hangs" in out, out[-3000:]
+  assert "time.sleep(3600)" in out or "in test_hangs" in out, out[-3000:]
