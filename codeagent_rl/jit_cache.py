@@ -63,13 +63,20 @@ def _key(x: Any) -> Any:
   return ("tree", treedef, tuple(_key(v) for v in leaves))
 
 
-def jit(fun: Callable, /, *args: Any, jit_kwargs=None, **bound: Any):
+def jit(
+  fun: Callable, /, *args: Any, jit_kwargs=None, context=None, **bound: Any
+):
   """`jax.jit(functools.partial(fun, *args, **bound), **jit_kwargs)`, shared.
 
   Args:
     fun: the function (a module-level one: its identity is part of the key).
     *args: leading positional arguments bound to it.
     jit_kwargs: `jax.jit`'s keyword arguments (shardings, donation).
+    context: what the trace depends on besides the bindings, part of the key
+      only: the logical-axis rules the program is traced under. Flax reads
+      them while tracing `nn.with_logical_constraint`, and jax's caches do
+      not key on them, so a program shared across rules would keep the
+      first rules' activation shardings.
     **bound: keyword arguments bound to it.
 
   Returns:
@@ -82,7 +89,7 @@ def jit(fun: Callable, /, *args: Any, jit_kwargs=None, **bound: Any):
     return jax.jit(functools.partial(fun, *args, **bound), **jit_kwargs)
 
   try:
-    key = (fun, _key(args), _key(bound), _key(jit_kwargs))
+    key = (fun, _key(args), _key(bound), _key(jit_kwargs), _key(context))
     hash(key)
   except (_Unhashable, TypeError):
     return make()

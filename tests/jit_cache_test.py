@@ -8,6 +8,7 @@ do not.
 
 import functools
 
+from flax import linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,6 +101,45 @@ def test_equal_optimiser_settings_give_one_optimiser():
   actor_tx, critic_tx = state_lib.make_optimizers(again.optim)
   assert actor_tx is a[0] and critic_tx is a[1]
   assert state_lib.make_optimizer(exp.optim, 1e-3) is not a[0]
+
+
+def constrained(x):
+  return nn.with_logical_constraint(x * 2.0, ("batch", "embed"))
+
+
+def test_the_rules_a_program_is_traced_under_are_part_of_the_key():
+  # Flax reads the rules while tracing; jax's caches do not key on them.
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:2]), ("d",))
+  by_batch = (("batch", "d"), ("embed", None))
+  by_embed = (("batch", None), ("embed", "d"))
+  x = jnp.ones((4, 4))
+
+  def spec(fn, rules):
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+      return fn(x).sharding.spec
+
+  a = jit_cache.jit(constrained, context=by_batch)
+  assert jit_cache.jit(constrained, context=by_batch) is a
+  b = jit_cache.jit(constrained, context=by_embed)
+  assert b is not a
+  assert spec(a, by_batch) == jax.sharding.PartitionSpec("d")
+  assert spec(b, by_embed) == jax.sharding.PartitionSpec(None, "d")
+  # Without it one program serves both, with the first rules' layout.
+  shared = jit_cache.jit(constrained)
+  assert spec(shared, by_batch) == spec(shared, by_embed)
+
+
+def test_learners_on_other_rules_do_not_share_their_model_programs():
+  config = tiny.get_config("smoke")
+  exp = experiment.Experiment.from_config(config)
+  mesh, rules = exp.make_mesh()
+  other = tuple((a, None if a == "embed" else m) for a, m in rules)
+  assert other != tuple(rules)
+  a = ppo_lib.Learner(exp, mesh, rules)
+  b = ppo_lib.Learner(exp, mesh, other)
+  assert a.log_probs is not b.log_probs
+  assert a._epochs[True] is not b._epochs[True]
+  assert a.targets is b.targets  # no model, no constraint
 
 
 def _learner(**fields):

@@ -752,6 +752,7 @@ class Sampler:
         jit_cache.jit(
           extend,
           jit_kwargs={"out_shardings": layout, "donate_argnums": (1,)},
+          context=self.rules,
           model=self._model,
         ),
         self._decode_jit(layout, out, None),
@@ -768,6 +769,7 @@ class Sampler:
     return jit_cache.jit(
       decode,
       jit_kwargs={"out_shardings": (layout, out), "donate_argnums": (1,)},
+      context=self.rules,
       model=self._model,
       cfg=self.cfg,
       pad_id=self._pad_id,
@@ -782,6 +784,7 @@ class Sampler:
         restart=jit_cache.jit(
           restart,
           jit_kwargs={"out_shardings": layout, "donate_argnums": (1,)},
+          context=self.rules,
           model=self._model,
         ),
         reset_rows=jit_cache.jit(

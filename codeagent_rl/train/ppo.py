@@ -298,18 +298,24 @@ class Learner:
     self.log_probs = jit_cache.jit(
       steps.actor_log_probs,
       jit_kwargs=by_batch,
+      context=rules,
       model=actor,
       temperature=temperature,
       vocab_limit=vocab_limit,
       num_groups=groups,
     )
     self.values = jit_cache.jit(
-      steps.critic_values, jit_kwargs=by_batch, model=critic, num_groups=groups
+      steps.critic_values,
+      jit_kwargs=by_batch,
+      context=rules,
+      model=critic,
+      num_groups=groups,
     )
     self._ref_log_probs = (
       jit_cache.jit(
         _ref_log_probs,
         jit_kwargs=by_batch,
+        context=rules,
         on_device=jax.tree.map(
           lambda s: s.with_memory_kind("device"), self.shardings[0].params
         ),
@@ -334,7 +340,9 @@ class Learner:
     self.explained_variance = jax.jit(losses.explained_variance)
     self.value_by_depth = jax.jit(diagnostics.value_by_depth)
     self._no_values = jax.jit(steps.no_values)
-    self.prefix_values = jit_cache.jit(_value_after_last, model=critic)
+    self.prefix_values = jit_cache.jit(
+      _value_after_last, context=rules, model=critic
+    )
     self._order = jit_cache.jit(
       steps.epoch_order,
       rows=exp.ppo.rollouts_per_iteration,
@@ -372,6 +380,7 @@ class Learner:
     self._epochs = {
       trains: jit_cache.jit(
         steps.ppo_epoch,
+        context=rules,
         jit_kwargs={
           "in_shardings": (
             actor_sh,

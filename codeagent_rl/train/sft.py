@@ -267,6 +267,7 @@ def _train(
   # Shared with earlier SFT runs of equal settings in this process.
   step_fn = jit_cache.jit(
     steps.sft_step,
+    context=rules,
     jit_kwargs={
       "in_shardings": (shardings, batch_sharding, None),
       "out_shardings": (shardings, None),
