@@ -124,8 +124,9 @@ def test_the_suite_and_its_subprocesses_share_one_compilation_cache():
   assert any(p.name.endswith("-cache") for p in pathlib.Path(cache).iterdir())
 
 
-# Two fake devices; device 0's share of a psum arrives DELAY_S late (an
-# io_callback sleeps), as a starved device thread's does on a loaded machine.
+# Two fake devices; device 0's share of a psum arrives argv[1] seconds late
+# (an io_callback sleeps), as a starved device thread's does on a loaded
+# machine.
 _LATE_DEVICE = """
 import sys, time
 import numpy as np
@@ -150,14 +151,13 @@ print(float(g(np.arange(2.0, dtype=np.float32))[0]))
 
 
 def _late_device_run(flags: list[str], delay_s: float) -> subprocess.Popen:
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  from tests.helpers import processes  # noqa: PLC0415
+
+  # The suite's flags (the rendezvous timeout among them), two devices.
+  env = processes.one_device_env()
   env["XLA_FLAGS"] = " ".join(
     [
-      *(
-        f
-        for f in env.get("XLA_FLAGS", "").split()
-        if not f.startswith("--xla_force_host_platform_device_count")
-      ),
+      env.get("XLA_FLAGS", ""),
       "--xla_force_host_platform_device_count=2",
       # Warn after 1 s instead of 20, so the timeouts below count from there.
       "--xla_cpu_collective_call_warn_stuck_timeout_seconds=1",
