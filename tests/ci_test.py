@@ -1,5 +1,6 @@
 """Checks .ci/run: it runs README's test command and maps exit codes right."""
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -122,6 +123,34 @@ def test_the_suite_and_its_subprocesses_share_one_compilation_cache():
   assert proc.stdout.split() == [cache, "6"]
   # The subprocess's compilation landed in the shared directory.
   assert any(p.name.endswith("-cache") for p in pathlib.Path(cache).iterdir())
+
+
+def test_the_suites_processes_read_the_modules_bytecode():
+  """conftest.py compiles the repository's modules before the suite runs."""
+  sources = [
+    REPO_ROOT / "codeagent_rl" / "train" / "run.py",
+    REPO_ROOT / "codeagent_rl" / "sandbox" / "guest" / "server.py",
+    REPO_ROOT / "configs" / "tiny.py",
+  ]
+  for source in sources:
+    cached = pathlib.Path(importlib.util.cache_from_source(str(source)))
+    assert cached.is_file(), cached
+    assert cached.stat().st_mtime >= source.stat().st_mtime, cached
+  # A subprocess, with writing bytecode off as on these machines, loads the
+  # module from that file (`python -v` names where each code object came
+  # from) rather than compiling its source.
+  env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+  proc = subprocess.run(
+    [sys.executable, "-v", "-c", "from codeagent_rl.train import run"],
+    cwd=REPO_ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  cached = importlib.util.cache_from_source(str(sources[0]))
+  assert f"code object from '{cached}'" in proc.stderr
 
 
 # Two fake devices; device 0's share of a psum arrives argv[1] seconds late

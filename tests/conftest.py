@@ -1,6 +1,8 @@
 """Test-wide setup: 8 fake CPU devices, so sharding tests see a mesh.
 
-The flag must be set before jax initialises its backends, hence here. The
+The flag must be set before jax initialises its backends, hence here; the
+compilation cache and the modules' bytecode are set up here too, before any
+worker or subprocess starts. The
 fixtures every test directory may use live here too; the factories they
 build from are in tests/helpers/ (no side effects, so the e2e test's
 one-device subprocess and the benchmarks import them as well).
@@ -32,6 +34,21 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
   os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
+import compileall  # noqa: E402
+
+# Bytecode for the repository's own modules, written once by the controller
+# before any worker or subprocess starts. Where PYTHONDONTWRITEBYTECODE is
+# set (it is on these machines), no process writes it, so every one of the
+# suite's ~150 Python processes (CLI runs, benchmarks, notebook kernels, the
+# process backend's sandbox servers) compiled the modules it imported from
+# source again: 40 s of the suite's CPU (py-spy). Reading bytecode is not
+# writing it, so the setting still holds for everything else; a file older
+# than its source is recompiled, and a checkout that cannot be written is
+# left as it is.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+  _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for _package in ("codeagent_rl", "configs", "benchmarks", "tests"):
+    compileall.compile_dir(os.path.join(_ROOT, _package), quiet=2)
 import pytest  # noqa: E402 (after the cache's environment)
 
 from codeagent_rl.sandbox import harness  # noqa: E402

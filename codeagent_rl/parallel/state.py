@@ -269,6 +269,24 @@ def train_state_shardings(
     ValueError: a parameter cannot be sharded as the rules say (see
       `sharding.param_specs`).
   """
+  return _cached_train_state_shardings(
+    model_cfg, optim_cfg, mesh, tuple(rules), critic_cfg
+  )
+
+
+# The shardings are a pure function of the configs, mesh and rules, and
+# working them out traces the models' init twice (`eval_shape`): 33 s of
+# the test suite's tracing (py-spy) went there, as every learner, SFT run,
+# evaluation job and checkpoint restore asked again for the same ones.
+# The result is immutable (frozen TrainStates of NamedShardings).
+@functools.lru_cache(maxsize=16)
+def _cached_train_state_shardings(
+  model_cfg: transformer.TransformerConfig,
+  optim_cfg: OptimConfig,
+  mesh: jax.sharding.Mesh,
+  rules: mesh_lib.Rules,
+  critic_cfg: transformer.TransformerConfig | None,
+) -> tuple[TrainState, TrainState]:
   actor, critic = _models(model_cfg, critic_cfg)
   actor_tx, critic_tx = make_optimizers(optim_cfg)
   return (

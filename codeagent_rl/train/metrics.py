@@ -80,6 +80,7 @@ import math
 import numbers
 import os
 import re
+import sys
 import tempfile
 import time
 from typing import Any
@@ -210,6 +211,30 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
   ]
 
 
+def _tensorboardx():
+  """The tensorboardX module, imported without torch.
+
+  tensorboardX imports torch at import time whenever torch is installed
+  (the HF path installs it), only to accept torch tensors: 1.0 s of the
+  1.26 s its import took here (`python -X importtime`), paid by every run
+  that writes. The writer is given Python floats only, so torch is kept
+  out while tensorboardX is imported (its own `try: import torch` then
+  falls back to numpy) and is importable again afterwards. A process that
+  has imported torch already is left as it is.
+  """
+  if "tensorboardX" in sys.modules or "torch" in sys.modules:
+    import tensorboardX  # noqa: PLC0415
+
+    return tensorboardX
+  sys.modules["torch"] = None  # makes `import torch` raise ImportError
+  try:
+    import tensorboardX  # noqa: PLC0415
+  finally:
+    if sys.modules.get("torch", 0) is None:
+      del sys.modules["torch"]
+  return tensorboardX
+
+
 class MetricsWriter:
   """Writes per-iteration scalars and histograms to JSONL and TensorBoard.
 
@@ -263,12 +288,7 @@ class MetricsWriter:
       # writer started within the same second (a quick resume) would
       # overwrite the previous file without a unique suffix. Nanoseconds,
       # zero-padded, keep the files' name order their creation order.
-      # Imported here: tensorboardX imports torch whenever torch is
-      # installed (1.2 s of every process's start, measured with
-      # `python -X importtime`), and only a run that writes needs it.
-      import tensorboardX  # noqa: PLC0415
-
-      self._tb = tensorboardX.SummaryWriter(
+      self._tb = _tensorboardx().SummaryWriter(
         self.tensorboard_dir,
         purge_step=self._start or None,
         filename_suffix=f".{time.time_ns():020d}.{os.getpid()}",

@@ -4,6 +4,7 @@ The train states of configs/tiny.py:smoke's model are created once per mesh
 (module fixtures): jit compiles are the slow part of these tests.
 """
 
+import dataclasses
 import functools
 
 import chex
@@ -141,6 +142,28 @@ def test_unknown_critic_init_raises(mesh8):
     state.create_train_states(
       MODEL, OPTIM, mesh8, RULES, jax.random.key(0), critic_init="sft"
     )
+
+
+def test_shardings_are_worked_out_once_per_configs_mesh_and_rules(mesh8):
+  first = state.train_state_shardings(MODEL, OPTIM, mesh8, RULES)
+  assert state.train_state_shardings(MODEL, OPTIM, mesh8, list(RULES)) is first
+  # Another mesh, other rules, another model: their own shardings.
+  mesh4 = make_mesh(2, 2, 1, devices=jax.devices()[:4])
+  on_4 = state.train_state_shardings(MODEL, OPTIM, mesh4, RULES)
+  assert on_4[0].params != first[0].params
+  replicated = tuple((name, None) for name, _ in RULES)
+  flat = state.train_state_shardings(MODEL, OPTIM, mesh8, replicated)
+
+  def axes(shardings):
+    return {a for s in jax.tree.leaves(shardings.params) for a in s.spec}
+
+  assert axes(flat[0]) == {None}
+  assert axes(first[0]) != {None}
+  wide = dataclasses.replace(MODEL, num_layers=2)
+  two = state.train_state_shardings(wide, OPTIM, mesh8, RULES)
+  assert len(jax.tree.leaves(two[0].params)) > len(
+    jax.tree.leaves(first[0].params)
+  )
 
 
 def test_unshardable_model_raises_before_compiling():

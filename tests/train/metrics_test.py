@@ -1,6 +1,7 @@
 """Tests of codeagent_rl/train/metrics.py."""
 
 import glob
+import importlib.util
 import json
 import math
 import os
@@ -206,6 +207,33 @@ def test_tensorboard_leaves_out_metrics_without_a_value(tmp_path):
   assert _scalar_events(_read_events(workdir)) == {("b", 0): 1.0}
   record = json.loads(open(os.path.join(workdir, "metrics.jsonl")).read())
   assert (record["a"], record["b"], record["c"]) == (None, 1.0, None)
+
+
+def test_writing_tensorboard_leaves_torch_unimported_and_importable(tmp_path):
+  # Only where torch is installed (the test extra installs it) does this
+  # check anything: tensorboardX would import it.
+  assert importlib.util.find_spec("torch") is not None
+  script = textwrap.dedent(
+    f"""
+    import sys
+    from codeagent_rl.train import metrics
+    with metrics.MetricsWriter({str(tmp_path)!r}) as writer:
+      writer.write_scalars(0, {{"x": 1.0}})
+    print("torch" in sys.modules)
+    import torch
+    print(torch.ones(2).sum().item())
+    """
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", script],
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.split() == ["False", "2.0"]
+  assert _scalar_events(_read_events(str(tmp_path))) == {("x", 0): 1.0}
 
 
 def test_resume_drops_lines_of_the_crashed_run(tmp_path):
