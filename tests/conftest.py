@@ -105,6 +105,31 @@ def ray_cluster():
   ray.shutdown()
 
 
+# Fixtures that start or join the worker's Ray cluster (`ray_cluster`).
+_RAY_FIXTURES = {"ray_cluster", "ray_gvisor_pool"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+  """Puts every test that needs Ray in the xdist group "ray".
+
+  The attack tests that run against a Ray actor (`attack_pool`'s "ray"
+  parameter) were spread over both workers, so each started a Ray cluster
+  of its own (~9 s of one worker's time, then Ray's processes beside the
+  rest of the suite). Tests in another group keep theirs. Before xdist's
+  own hook, which reads the groups.
+  """
+  for item in items:
+    if item.get_closest_marker("xdist_group") is not None:
+      continue
+    params = getattr(item, "callspec", None)
+    uses_ray = bool(_RAY_FIXTURES & set(getattr(item, "fixturenames", ())))
+    if params is not None and params.params.get("attack_pool") == "ray":
+      uses_ray = True
+    if uses_ray:
+      item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 @pytest.fixture(scope="module")
 def module_pool():
   """A process-backend pool of two workers with the short limits, per module."""
