@@ -220,7 +220,9 @@ def _tensorboardx():
   that writes. The writer is given Python floats only, so torch is kept
   out while tensorboardX is imported (its own `try: import torch` then
   falls back to numpy) and is importable again afterwards. A process that
-  has imported torch already is left as it is.
+  has imported torch already is left as it is. For that moment `import
+  torch` fails in every thread: the main job makes its writer before
+  PPO's threads start, and no sandbox thread imports torch.
   """
   if "tensorboardX" in sys.modules or "torch" in sys.modules:
     import tensorboardX  # noqa: PLC0415
