@@ -41,6 +41,7 @@ from codeagent_rl.anticheat import monitors
 from codeagent_rl.parallel import checkpoint as ckpt_lib
 from codeagent_rl.parallel import distributed
 from codeagent_rl.tasks import schema
+from codeagent_rl.train import console_lines
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
@@ -237,7 +238,7 @@ def run_ppo(
         writer.flush()
         done = it + 1
         console(
-          metrics_lib.format_progress(
+          console_lines.format_progress(
             it,
             total_iterations,
             scalars,

@@ -31,10 +31,10 @@ from codeagent_rl.parallel import distributed
 from codeagent_rl.parallel import sharding
 from codeagent_rl.parallel import state as state_lib
 from codeagent_rl.parallel import transfers
+from codeagent_rl.train import console_lines
 from codeagent_rl.train import data as data_lib
 from codeagent_rl.train import experiment as exp_lib
 from codeagent_rl.train import keys
-from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import steps
 from codeagent_rl.train import workdir as workdir_lib
 
@@ -114,7 +114,7 @@ def run_sft(
     rules: logical-axis rules.
     log_metrics: optional `fn(step, scalars)` called every `log_every` steps.
     console: optional `fn(line)` given a progress line with an ETA every
-      `log_every` steps (`metrics.format_sft_progress`).
+      `log_every` steps (`console_lines.format_sft_progress`).
 
   Returns:
     (actor params, final scalars {"sft/loss", "sft/token_accuracy", ...}).
@@ -323,7 +323,7 @@ def _train(
           )
         elapsed = time.perf_counter() - t0
         metrics["sft/steps_per_s"] = (done - start) / elapsed
-        line = metrics_lib.format_sft_progress(
+        line = console_lines.format_sft_progress(
           done, cfg.steps, metrics, elapsed, start_step=start
         )
         if console is not None:

@@ -13,9 +13,9 @@ import pathlib
 from typing import Any
 
 from codeagent_rl.anticheat import monitors
+from codeagent_rl.train import console_lines
 from codeagent_rl.train import evaluate as eval_lib
 from codeagent_rl.train import experiment as exp_lib
-from codeagent_rl.train import metrics as metrics_lib
 from codeagent_rl.train import workdir as workdir_lib
 
 
@@ -165,7 +165,7 @@ def make(
       f" {exp.ppo.iterations} (a stop request, e.g. SIGTERM); the same"
       " command resumes",
     )
-  table = metrics_lib.format_summary(rows, locations, notes)
+  table = console_lines.format_summary(rows, locations, notes)
   return {
     "preset": exp.preset,
     "estimator": exp.rl.advantage.estimator,
