@@ -269,9 +269,12 @@ def train_state_shardings(
     ValueError: a parameter cannot be sharded as the rules say (see
       `sharding.param_specs`).
   """
-  return _cached_train_state_shardings(
-    model_cfg, optim_cfg, mesh, tuple(rules), critic_cfg
-  )
+  args = (model_cfg, optim_cfg, mesh, tuple(rules), critic_cfg)
+  try:
+    hash(args)
+  except TypeError:  # rules not as `mesh_lib.normalize_rules` makes them
+    return _cached_train_state_shardings.__wrapped__(*args)
+  return _cached_train_state_shardings(*args)
 
 
 # The shardings are a pure function of the configs, mesh and rules, and

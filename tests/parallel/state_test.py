@@ -147,6 +147,13 @@ def test_unknown_critic_init_raises(mesh8):
 def test_shardings_are_worked_out_once_per_configs_mesh_and_rules(mesh8):
   first = state.train_state_shardings(MODEL, OPTIM, mesh8, RULES)
   assert state.train_state_shardings(MODEL, OPTIM, mesh8, list(RULES)) is first
+  # Rules as lists (not normalised) are worked out again, to the same.
+  as_lists = [
+    [name, list(axes) if isinstance(axes, tuple) else axes]
+    for name, axes in RULES
+  ]
+  again = state.train_state_shardings(MODEL, OPTIM, mesh8, as_lists)
+  assert again is not first and again == first
   # Another mesh, other rules, another model: their own shardings.
   mesh4 = make_mesh(2, 2, 1, devices=jax.devices()[:4])
   on_4 = state.train_state_shardings(MODEL, OPTIM, mesh4, RULES)
